@@ -1,0 +1,84 @@
+"""Build script for w8a8.
+
+Where torch is a CUDA build and nvcc is found, the CUDA extension ``w8a8._C``
+is built from the explicit source lists below; elsewhere the pure-Python
+package (reference and Triton backends) is installed and one line says so.
+Install with ``pip install --no-build-isolation -e .`` so the build sees the
+torch you run with.
+"""
+import os
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).parent
+
+# Hopper sources: compiled for sm_90a only (wgmma and setmaxnreg need the "a" target).
+SM90_SOURCES = [
+    "csrc/scaled_mm_sm90_stub.cu",
+]
+# Host-side torch bindings: the thin layer that checks tensors and calls the kernels.
+BINDING_SOURCES = [
+    "csrc/torch_bindings.cpp",
+]
+
+
+def _cutlass_include_dirs():
+    """CUTLASS headers: $CUTLASS_DIR if set, else the nvidia-cutlass wheel."""
+    root = os.environ.get("CUTLASS_DIR")
+    if root:
+        return [os.path.join(root, "include"), os.path.join(root, "tools", "util", "include")]
+    import cutlass_library  # ships the headers under source/
+
+    src = Path(cutlass_library.__file__).parent / "source"
+    return [str(src / "include"), str(src / "tools" / "util" / "include")]
+
+
+def _cuda_extension():
+    """The CUDA extension, or (None, reason) where it cannot be built here."""
+    try:
+        import torch
+        from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension
+    except ImportError as exc:
+        return None, None, f"torch is not importable at build time ({exc})"
+    if torch.version.cuda is None:
+        return None, None, f"torch {torch.__version__} is a CPU build"
+    if CUDA_HOME is None:
+        return None, None, "nvcc (CUDA_HOME) was not found"
+    nvcc_flags = [
+        "-O3",
+        "-DNDEBUG",
+        "-std=c++17",
+        "--expt-relaxed-constexpr",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-DCUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL=1",
+        "-Xptxas=--warn-on-spills",
+    ]
+    ext = CUDAExtension(
+        name="w8a8._C",
+        sources=BINDING_SOURCES + SM90_SOURCES,
+        include_dirs=[str(ROOT / "csrc")] + _cutlass_include_dirs(),
+        extra_compile_args={"cxx": ["-O3", "-DNDEBUG", "-std=c++17"], "nvcc": nvcc_flags},
+        libraries=["cuda"],
+    )
+    return ext, BuildExtension, None
+
+
+ext, build_ext, why_not = _cuda_extension()
+if ext is None:
+    print(f"w8a8: installing the pure-Python package without w8a8._C: {why_not}.")
+
+setup(
+    name="w8a8",
+    version="0.1.0",
+    description="Fast int8 (W8A8) linear layers for PyTorch: CUTLASS and Triton kernels",
+    long_description=(ROOT / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["w8a8", "w8a8.*"]),
+    python_requires=">=3.10",
+    install_requires=["torch>=2.4", "triton", "nvidia-cutlass", "safetensors", "ninja", "tqdm"],
+    extras_require={"test": ["pytest", "numpy"]},
+    ext_modules=[ext] if ext is not None else [],
+    cmdclass={"build_ext": build_ext} if build_ext is not None else {},
+    zip_safe=False,
+)

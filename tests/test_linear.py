@@ -1,0 +1,127 @@
+"""W8A8Linear against the float layer, and its module contract."""
+import io
+
+import pytest
+import torch
+from torch import nn
+
+import w8a8
+from w8a8 import reference
+from helpers import LINEAR_REL_TOL
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _rel_err(out, ref):
+    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bias", [True, False])
+def test_dynamic_forward_close_to_float(device, dtype, bias):
+    if device == "cpu" and dtype == torch.float16:
+        pytest.skip("fp16 nn.Linear is not a CPU reference")
+    lin = nn.Linear(256, 96, bias=bias).to(device, dtype)
+    layer = w8a8.W8A8Linear.from_linear(lin)
+    x = torch.randn(2, 7, 256, device=device, dtype=dtype)
+    out = layer(x)
+    assert out.shape == (2, 7, 96) and out.dtype == dtype
+    with torch.no_grad():
+        ref = lin(x)
+    assert _rel_err(out, ref) < LINEAR_REL_TOL[dtype]
+
+
+def test_forward_equals_the_exact_composition():
+    lin = nn.Linear(64, 48)
+    layer = w8a8.W8A8Linear.from_linear(lin)
+    x = torch.randn(5, 64)
+    q, s = reference.quantize_per_token(x)
+    expected = reference.scaled_mm(q, layer.weight, s, layer.weight_scale, layer.bias, torch.float32)
+    assert torch.equal(layer(x), expected)
+
+
+def test_static_forward():
+    lin = nn.Linear(128, 64)
+    x = torch.randn(9, 128)
+    input_scale = x.abs().max().item() / 127
+    layer = w8a8.W8A8Linear.from_linear(lin, act_quant="static", input_scale=input_scale)
+    assert layer.input_scale.shape == (1,) and layer.input_scale.item() == pytest.approx(input_scale)
+    q = reference.quantize_static(x, layer.input_scale)
+    expected = reference.scaled_mm(q, layer.weight, layer.input_scale, layer.weight_scale, layer.bias, torch.float32)
+    assert torch.equal(layer(x), expected)
+    with torch.no_grad():
+        assert _rel_err(layer(x), lin(x)) < LINEAR_REL_TOL[torch.float32]
+
+
+def test_weight_quantization_is_per_channel_half_even():
+    lin = nn.Linear(32, 8)
+    layer = w8a8.W8A8Linear.from_linear(lin)
+    w = lin.weight.detach()
+    scale = w.abs().amax(1) / 127
+    assert torch.equal(layer.weight_scale, scale)
+    assert torch.equal(layer.weight, torch.round(w / scale[:, None]).to(torch.int8))
+
+
+def test_from_linear_argument_errors():
+    lin = nn.Linear(16, 8)
+    with pytest.raises(ValueError, match="act_quant='static' needs input_scale"):
+        w8a8.W8A8Linear.from_linear(lin, act_quant="static")
+    with pytest.raises(ValueError, match="input_scale is only used with act_quant='static'"):
+        w8a8.W8A8Linear.from_linear(lin, input_scale=0.1)
+    with pytest.raises(ValueError, match=r"input_scale must be finite and > 0, got -1.0"):
+        w8a8.W8A8Linear.from_linear(lin, act_quant="static", input_scale=-1.0)
+    with pytest.raises(ValueError, match=r"act_quant must be one of \('dynamic', 'static'\), got 'int4'"):
+        w8a8.W8A8Linear(16, 8, act_quant="int4")
+
+
+def test_forward_shape_error():
+    layer = w8a8.W8A8Linear(16, 8)
+    with pytest.raises(ValueError, match=r"W8A8Linear: expected input \[..., 16\], got shape \(3, 15\)"):
+        layer(torch.randn(3, 15))
+
+
+@pytest.mark.parametrize("act_quant", ["dynamic", "static"])
+def test_state_dict_round_trip(act_quant):
+    lin = nn.Linear(64, 32)
+    kw = {"input_scale": 0.05} if act_quant == "static" else {}
+    layer = w8a8.W8A8Linear.from_linear(lin, act_quant=act_quant, **kw)
+    buf = io.BytesIO()
+    torch.save(layer.state_dict(), buf)
+    buf.seek(0)
+    sd = torch.load(buf, weights_only=True)
+    expected_keys = {"weight", "weight_scale", "bias"} | ({"input_scale"} if act_quant == "static" else set())
+    assert set(sd) == expected_keys
+    fresh = w8a8.W8A8Linear(64, 32, act_quant=act_quant)
+    fresh.load_state_dict(sd)
+    x = torch.randn(3, 64)
+    assert torch.equal(fresh(x), layer(x))
+
+
+def test_meta_device_construction_and_assign_load():
+    lin = nn.Linear(64, 32, bias=False)
+    real = w8a8.W8A8Linear.from_linear(lin)
+    with torch.device("meta"):
+        layer = w8a8.W8A8Linear(64, 32, bias=False)
+    assert layer.weight.is_meta and layer.weight.dtype == torch.int8
+    layer.load_state_dict(real.state_dict(), assign=True)
+    assert not layer.weight.is_meta
+    x = torch.randn(4, 64)
+    assert torch.equal(layer(x), real(x))
+
+
+def test_extra_repr_names_the_configuration():
+    layer = w8a8.W8A8Linear(16, 8, bias=False, act_quant="static")
+    assert repr(layer) == (
+        "W8A8Linear(in_features=16, out_features=8, bias=False, act_quant='static', backend=None)"
+    )
+
+
+def test_any_leading_dims_and_single_token():
+    lin = nn.Linear(32, 16)
+    layer = w8a8.W8A8Linear.from_linear(lin)
+    for shape in [(32,), (1, 32), (2, 3, 4, 32)]:
+        x = torch.randn(shape)
+        out = layer(x)
+        assert out.shape == (*shape[:-1], 16)
+        assert torch.equal(out.reshape(-1, 16), layer(x.reshape(-1, 32)))

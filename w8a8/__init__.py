@@ -1,0 +1,22 @@
+"""w8a8: fast int8 weight x int8 activation linear layers for PyTorch.
+
+The math (stated once, in ``w8a8.reference``)::
+
+    out = a_scale * (b_scale^T * (a_q @ b_q^T in int32)) + bias     (epilogue in fp32)
+"""
+from w8a8.backends import BACKENDS
+from w8a8.linear import W8A8Linear
+from w8a8.ops import quantize_per_token, quantize_static, scaled_mm
+from w8a8.quantize_model import QuantizationReport, quantize_model
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BACKENDS",
+    "QuantizationReport",
+    "W8A8Linear",
+    "quantize_model",
+    "quantize_per_token",
+    "quantize_static",
+    "scaled_mm",
+]

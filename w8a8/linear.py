@@ -1,0 +1,123 @@
+"""W8A8Linear: a drop-in replacement for nn.Linear with int8 weights and activations."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from w8a8 import ops, reference
+
+ACT_QUANT_MODES = ("dynamic", "static")
+
+
+class W8A8Linear(nn.Module):
+    """``y = x @ W^T + b`` with W int8 per output channel and x quantized to int8.
+
+    Buffers
+    -------
+    weight : int8 [out_features, in_features]
+    weight_scale : float32 [out_features]
+    input_scale : float32 [1], only with ``act_quant="static"``
+    bias : [out_features] in the layer's float dtype, or None
+
+    ``act_quant="dynamic"`` quantizes each token (row) with its own scale at run
+    time; ``"static"`` uses the calibrated per-tensor ``input_scale``. forward
+    accepts any leading dims, returns the input's dtype, and neither
+    synchronises with the host nor branches on data, so it captures in CUDA
+    graphs and compiles with ``fullgraph=True``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        act_quant: str = "dynamic",
+        backend: str | None = None,
+        device=None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if act_quant not in ACT_QUANT_MODES:
+            raise ValueError(f"W8A8Linear: act_quant must be one of {ACT_QUANT_MODES}, got {act_quant!r}")
+        self.in_features = in_features
+        self.out_features = out_features
+        self.act_quant = act_quant
+        self.backend = backend
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8, device=device))
+        self.register_buffer("weight_scale", torch.ones(out_features, dtype=torch.float32, device=device))
+        if act_quant == "static":
+            self.register_buffer("input_scale", torch.ones(1, dtype=torch.float32, device=device))
+        else:
+            self.input_scale = None
+        if bias:
+            bias_dtype = dtype if dtype is not None else torch.get_default_dtype()
+            self.register_buffer("bias", torch.zeros(out_features, dtype=bias_dtype, device=device))
+        else:
+            self.bias = None
+
+    @classmethod
+    def from_linear(
+        cls,
+        linear: nn.Linear,
+        act_quant: str = "dynamic",
+        input_scale: float | torch.Tensor | None = None,
+        backend: str | None = None,
+    ) -> "W8A8Linear":
+        """Quantize ``linear`` per output channel (symmetric, round half to even).
+
+        ``input_scale`` (the calibrated activation abs-max / 127) is required
+        with ``act_quant="static"`` and refused with ``"dynamic"``.
+        """
+        if act_quant == "static" and input_scale is None:
+            raise ValueError("W8A8Linear.from_linear: act_quant='static' needs input_scale (a calibrated float)")
+        if act_quant == "dynamic" and input_scale is not None:
+            raise ValueError("W8A8Linear.from_linear: input_scale is only used with act_quant='static'")
+        w = linear.weight.detach()
+        module = cls(
+            linear.in_features,
+            linear.out_features,
+            bias=linear.bias is not None,
+            act_quant=act_quant,
+            backend=backend,
+            device=w.device,
+            dtype=w.dtype,
+        )
+        q, scale = reference.quantize_weight_per_channel(w)
+        module.weight.copy_(q)
+        module.weight_scale.copy_(scale)
+        if linear.bias is not None:
+            module.bias.copy_(linear.bias.detach())
+        if act_quant == "static":
+            s = torch.as_tensor(input_scale, dtype=torch.float32).reshape(1)
+            if not (torch.isfinite(s).all() and (s > 0).all()):
+                raise ValueError(f"W8A8Linear.from_linear: input_scale must be finite and > 0, got {s.item()}")
+            module.input_scale.copy_(s)
+        return module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(
+                f"W8A8Linear: expected input [..., {self.in_features}], got shape {tuple(x.shape)}"
+            )
+        x2 = x.reshape(-1, self.in_features)
+        if self.act_quant == "dynamic":
+            q, a_scale = ops.quantize_per_token(x2, backend=self._quant_backend())
+        else:
+            q = ops.quantize_static(x2, self.input_scale, backend=self._quant_backend())
+            a_scale = self.input_scale
+        out = ops.scaled_mm(q, self.weight, a_scale, self.weight_scale, self.bias, x.dtype, backend=self.backend)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def _quant_backend(self) -> str | None:
+        # Quantization has no CUTLASS kernel; its default is the fastest available.
+        return None if self.backend == "cutlass" else self.backend
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """The float32 weight this layer represents: ``weight * weight_scale``."""
+        return self.weight.float() * self.weight_scale.reshape(-1, 1)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, act_quant={self.act_quant!r}, backend={self.backend!r}"
+        )

@@ -1,0 +1,168 @@
+"""The w8a8 ops: schemas, fake (meta) implementations and typed public wrappers.
+
+Each op has one ``torch.library`` op per backend (``w8a8::scaled_mm_reference``,
+``w8a8::scaled_mm_triton``, ``w8a8::scaled_mm_cutlass``...), so a compiled graph
+names the kernel it runs and each backend is ``opcheck``-ed on its own. The
+public functions below validate once (``w8a8.checks``), pick the backend
+(``w8a8.backends``) and call that op. The math is stated in ``w8a8.reference``.
+"""
+from __future__ import annotations
+
+import torch
+
+from w8a8 import _extension, backends, checks, reference
+
+_lib = torch.library.Library("w8a8", "FRAGMENT")
+
+_QUANT_PER_TOKEN = "(Tensor x) -> (Tensor, Tensor)"
+_QUANT_STATIC = "(Tensor x, Tensor scale, Tensor? zero_point) -> Tensor"
+_SCALED_MM = (
+    "(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor? bias, ScalarType out_dtype) -> Tensor"
+)
+
+# The Python-defined backends. The CUTLASS op is defined in C++ (csrc/torch_bindings.cpp).
+_PY_BACKENDS = ("reference", "triton")
+for _b in _PY_BACKENDS:
+    _lib.define(f"quantize_per_token_{_b}{_QUANT_PER_TOKEN}")
+    _lib.define(f"quantize_static_{_b}{_QUANT_STATIC}")
+    _lib.define(f"scaled_mm_{_b}{_SCALED_MM}")
+
+
+# --- fakes: the output shapes, stated once and shared by every backend ---------------------
+
+
+def _fake_quantize_per_token(x):
+    return torch.empty_like(x, dtype=torch.int8, memory_format=torch.contiguous_format), x.new_empty(
+        (*x.shape[:-1], 1), dtype=torch.float32
+    )
+
+
+def _fake_quantize_static(x, scale, zero_point):
+    return torch.empty_like(x, dtype=torch.int8, memory_format=torch.contiguous_format)
+
+
+def _fake_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype, config_id=-1):
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+for _b in _PY_BACKENDS:
+    torch.library.register_fake(f"w8a8::quantize_per_token_{_b}", _fake_quantize_per_token)
+    torch.library.register_fake(f"w8a8::quantize_static_{_b}", _fake_quantize_static)
+    torch.library.register_fake(f"w8a8::scaled_mm_{_b}", _fake_scaled_mm)
+
+if _extension.load()[0]:
+    torch.library.register_fake("w8a8::scaled_mm_cutlass", _fake_scaled_mm)
+
+
+# --- implementations ----------------------------------------------------------------------
+
+
+def _triton():
+    # Imported on first use: TRITON_INTERPRET is read when the kernels are decorated.
+    from w8a8 import triton as triton_kernels
+
+    return triton_kernels
+
+
+for _key in ("CPU", "CUDA"):
+    _lib.impl("quantize_per_token_reference", reference.quantize_per_token, _key)
+    _lib.impl("quantize_static_reference", reference.quantize_static, _key)
+    _lib.impl("scaled_mm_reference", reference.scaled_mm, _key)
+    _lib.impl("quantize_per_token_triton", lambda x: _triton().quantize_per_token(x), _key)
+    _lib.impl("quantize_static_triton", lambda x, s, zp: _triton().quantize_static(x, s, zp), _key)
+    _lib.impl(
+        "scaled_mm_triton",
+        lambda a, b, sa, sb, bias, dt: _triton().scaled_mm(a, b, sa, sb, bias, dt),
+        _key,
+    )
+
+
+# --- public wrappers ----------------------------------------------------------------------
+
+
+def _op(name: str, backend: str):
+    return getattr(torch.ops.w8a8, f"{name}_{backend}").default
+
+
+def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-token (per-row) int8 quantization.
+
+    Parameters
+    ----------
+    x : Tensor [..., K], float16 / bfloat16 / float32, any device.
+    backend : ``"triton"``, ``"reference"`` or None (the fastest available).
+
+    Returns
+    -------
+    q : Tensor [..., K], int8, contiguous. ``q = clamp(rint(x / scale), -128, 127)``,
+        half to even; with this scale only -127..127 occur.
+    scale : Tensor [..., 1], float32. ``scale = amax(|x|, dim=-1) / 127``.
+        An all-zero row gives q = 0, scale = 0. A row holding Inf or NaN gives
+        q = 0 and scale = NaN, so that row of any product is NaN downstream.
+    """
+    checks.check_quantize_input("quantize_per_token", x)
+    chosen = backends.resolve(backend, x.device, "quantize_per_token")
+    return _op("quantize_per_token", chosen)(x)
+
+
+def quantize_static(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    zero_point: torch.Tensor | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Per-tensor static int8 quantization with a calibrated scale.
+
+    Parameters
+    ----------
+    x : Tensor [..., K], float16 / bfloat16 / float32.
+    scale : Tensor [1], float32, on x's device (read on the device: no host sync).
+    zero_point : optional Tensor [1], int8 or int32: for asymmetric activations.
+    backend : ``"triton"``, ``"reference"`` or None.
+
+    Returns
+    -------
+    q : Tensor [..., K], int8. ``q = clamp(rint(x / scale) + zero_point, -128, 127)``;
+        +-Inf saturate, NaN becomes ``zero_point`` (int8 cannot carry it).
+    """
+    checks.check_quantize_static(x, scale, zero_point)
+    chosen = backends.resolve(backend, x.device, "quantize_static")
+    return _op("quantize_static", chosen)(x, scale, zero_point)
+
+
+def scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """int8 x int8 matmul with a fused dequantization epilogue.
+
+    ``out = a_scale * (b_scale^T * (a @ b^T)) + bias``: the product is exact in
+    int32, the epilogue runs in float32 and is rounded once to ``out_dtype``.
+
+    Parameters
+    ----------
+    a : Tensor [M, K], int8, unit stride along K (row stride free).
+    b : Tensor [N, K], int8: the ``nn.Linear`` weight layout (no transpose).
+    a_scale : Tensor [M, 1] (per token) or [1] (per tensor), float32.
+    b_scale : Tensor [N], [N, 1] (per channel) or [1], float32.
+    bias : optional Tensor [N], float32 or ``out_dtype``.
+    out_dtype : torch.bfloat16 or torch.float16 (float32 too on the Triton and reference backends).
+    backend : ``"cutlass"``, ``"triton"``, ``"reference"`` or None (the fastest that
+        can take these tensors; a fallback on a CUDA device is warned about once).
+
+    Returns
+    -------
+    out : Tensor [M, N], row-major, ``out_dtype``, on a's device.
+    """
+    chosen = backends.resolve(backend, a.device, "scaled_mm")
+    if backend is None and chosen == "cutlass":
+        reason = checks.cutlass_shape_reason(a.shape[1], b.shape[0], out_dtype)
+        if reason is not None:
+            chosen = backends.fallback_for_shape("scaled_mm", a.device, reason)
+    checks.check_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype, chosen)
+    return _op("scaled_mm", chosen)(a, b, a_scale, b_scale, bias, out_dtype)

@@ -1,0 +1,95 @@
+"""Exact reference implementations of the w8a8 math.
+
+This file states the math once. Every other backend (CUTLASS, Triton) is
+checked against it, and it is also the CPU implementation of the ops.
+
+Quantization (symmetric, per token)::
+
+    scale[r] = amax(|x[r, :]|) / 127                  (fp32, correctly rounded)
+    q[r, k]  = clamp(rint(x[r, k] / scale[r]), -128, 127)   (rint: half to even)
+
+    * an all-zero row gives q = 0 and scale = 0;
+    * a row holding any Inf or NaN gives q = 0 and scale = NaN, so every output
+      of that row downstream is NaN (never finite garbage).
+
+Static quantization (per tensor)::
+
+    q = clamp(rint(x / scale) + zero_point, -128, 127)
+    (+-Inf saturate to 127 / -128; NaN, which int8 cannot carry, becomes zero_point)
+
+Scaled matmul::
+
+    acc = a @ b^T                        exact, int32 (a int8 [M, K], b int8 [N, K])
+    out = a_scale * (b_scale^T * fp32(acc)) + bias      in fp32, one rounding to out_dtype
+
+All fp32 divisions are IEEE round-to-nearest; kernels must use the same
+(Triton: ``tl.math.div_rn``) to be bit-identical.
+"""
+from __future__ import annotations
+
+import torch
+
+QMIN, QMAX = -128, 127
+# Symmetric per-token/per-channel scales map amax to this code: with it only
+# -127..127 occur, but weights written by other tools may hold -128.
+SYMMETRIC_QMAX = 127.0
+
+
+def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference per-token symmetric quantization. See the module docstring."""
+    xf = x.float()
+    finite_row = torch.isfinite(xf).all(dim=-1, keepdim=True)
+    amax = xf.abs().nan_to_num(0.0, 0.0, 0.0).amax(dim=-1, keepdim=True)
+    scale = torch.where(finite_row, amax / SYMMETRIC_QMAX, torch.full_like(amax, float("nan")))
+    # Zero rows (scale 0) and non-finite rows quantize to 0.
+    safe = torch.where(finite_row & (amax > 0), scale, torch.ones_like(scale))
+    q = torch.round(xf / safe).clamp_(QMIN, QMAX)
+    q = torch.where(finite_row & (amax > 0), q, torch.zeros_like(q))
+    return q.to(torch.int8), scale
+
+
+def quantize_static(
+    x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Reference per-tensor static quantization. See the module docstring."""
+    xf = x.float()
+    q = torch.round(xf / scale.float().reshape(()))
+    q = q.nan_to_num(0.0, posinf=float(QMAX) * 4, neginf=float(QMIN) * 4)
+    if zero_point is not None:
+        q = q + zero_point.float().reshape(())
+    return q.clamp_(QMIN, QMAX).to(torch.int8)
+
+
+def int_mm_exact(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b^T for int8 a [M, K], b [N, K], exact, as int32.
+
+    float64 holds every partial sum exactly (|sum| <= 2**14 * K < 2**53), so the
+    fast float64 matmul is an exact integer matmul on any device.
+    """
+    return (a.double() @ b.double().t()).to(torch.int32)
+
+
+def scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """Reference scaled int8 matmul. See the module docstring."""
+    acc = int_mm_exact(a, b).float()
+    m, n = acc.shape
+    out = a_scale.float().reshape(-1, 1).expand(m, 1) * (b_scale.float().reshape(1, -1) * acc)
+    if bias is not None:
+        out = out + bias.float().reshape(1, n)
+    return out.to(out_dtype)
+
+
+def quantize_weight_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel weight quantization: (int8 [N, K], fp32 [N]).
+
+    The same rule as ``quantize_per_token`` applied to the rows of ``w``.
+    """
+    q, scale = quantize_per_token(w.detach())
+    return q, scale.reshape(-1)
