@@ -15,7 +15,13 @@ ROOT = Path(__file__).parent
 
 # Hopper sources: compiled for sm_90a only (wgmma and setmaxnreg need the "a" target).
 SM90_SOURCES = [
-    "csrc/scaled_mm_sm90_stub.cu",
+    "csrc/scaled_mm_sm90.cu",
+    "csrc/scaled_mm_sm90_swap_n16.cu",
+    "csrc/scaled_mm_sm90_swap_n64.cu",
+    "csrc/scaled_mm_sm90_m128.cu",
+    "csrc/scaled_mm_sm90_m256.cu",
+    "csrc/scaled_mm_sm90_large_128x256.cu",
+    "csrc/scaled_mm_sm90_large_256x128.cu",
 ]
 # Host-side torch bindings: the thin layer that checks tensors and calls the kernels.
 BINDING_SOURCES = [
@@ -28,9 +34,12 @@ def _cutlass_include_dirs():
     root = os.environ.get("CUTLASS_DIR")
     if root:
         return [os.path.join(root, "include"), os.path.join(root, "tools", "util", "include")]
-    import cutlass_library  # ships the headers under source/
+    import importlib.util
 
-    src = Path(cutlass_library.__file__).parent / "source"
+    spec = importlib.util.find_spec("cutlass_library")  # found, not imported: headers only
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("w8a8: building w8a8._C needs the nvidia-cutlass package or CUTLASS_DIR")
+    src = Path(spec.submodule_search_locations[0]) / "source"
     return [str(src / "include"), str(src / "tools" / "util" / "include")]
 
 

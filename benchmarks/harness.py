@@ -1,0 +1,151 @@
+"""Shared benchmark harness: the grid, ceilings, CUDA-graph timing with rotated weights, result files.
+
+Method (docs/PERFORMANCE.md says the same):
+  * every case is timed as CUDA-graph replays: one graph holds one call per weight
+    set, the weight sets rotate so that their total exceeds 3x L2 (nothing is
+    served from cache that would not be in a real model), the median over replays
+    is divided by the calls per replay;
+  * one warm-up call outside timing; random data (never zeros: zeros run ~25% faster);
+  * the ceilings (HBM bandwidth, bf16 and int8 dense GEMM rates) are measured in the same run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import platform
+import statistics
+import subprocess
+from typing import Callable
+
+import torch
+
+# Llama-3-8B: qkv, o, gate_up, down; Llama-3-70B: qkv, o, gate_up, down.
+DEFAULT_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),
+              (10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)]
+DEFAULT_M = [1, 16, 64, 128, 512, 2048, 8192]
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    us: float          # median per call
+    spread: float      # (p90 - p10) / median over replays
+
+
+def l2_bytes(device=None) -> int:
+    props = torch.cuda.get_device_properties(device)
+    return getattr(props, "L2_cache_size", 50 * 2**20)
+
+
+def rotation_count(bytes_per_set: int, device=None, cap: int = 64) -> int:
+    """Weight sets needed so that one pass touches more than 3x L2."""
+    return max(1, min(cap, math.ceil(3 * l2_bytes(device) / max(bytes_per_set, 1)) + 1))
+
+
+def time_graph(calls: list[Callable[[], object]], replays: int = 20) -> Timing:
+    """Median time per call of ``calls`` captured back to back in one CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in calls:  # warm-up: kernels loaded, allocator settled
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for fn in calls:
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(calls))
+    del graph
+    times.sort()
+    med = statistics.median(times)
+    p10, p90 = times[len(times) // 10], times[(9 * len(times)) // 10]
+    return Timing(med, (p90 - p10) / med)
+
+
+def measure_ceilings(device=None) -> dict[str, float]:
+    """HBM bandwidth (read+write of a large copy), bf16 and int8 GEMM rates at 8192^3 on random data."""
+    n_bytes = 2**31
+    src = torch.empty(n_bytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    t = time_graph([lambda: dst.copy_(src)], replays=10)
+    hbm = 2 * n_bytes / (t.us * 1e-6)
+    del src, dst
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    bf16 = 2 * n**3 / (time_graph([lambda: a @ b], replays=10).us * 1e-6)
+    ai = torch.randint(-128, 128, (n, n), dtype=torch.int8, device="cuda")
+    bi = torch.randint(-128, 128, (n, n), dtype=torch.int8, device="cuda")
+    int8 = 2 * n**3 / (time_graph([lambda: torch._int_mm(ai, bi.t())], replays=10).us * 1e-6)
+    return {"hbm_bytes_per_s": hbm, "bf16_flops": bf16, "int8_cublas_ops": int8,
+            # The practical int8 ceiling of our power-capped H100 (shared/HOPPER-INT8-FACTS.md).
+            "int8_practical_ops": 1450e12}
+
+
+def environment() -> dict[str, str]:
+    import triton
+
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        driver = "unknown"
+    return {
+        "device": torch.cuda.get_device_name(),
+        "capability": "sm_%d%d" % torch.cuda.get_device_capability(),
+        "sm_count": str(torch.cuda.get_device_properties(0).multi_processor_count),
+        "driver": driver,
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def gemm_row(name: str, m: int, n: int, k: int, timing: Timing, bytes_moved: int, ceilings: dict,
+             bf16_us: float | None) -> dict:
+    """One result row: us, TOP/s, GB/s, ratio to bf16, % of the binding ceiling."""
+    ops = 2 * m * n * k
+    t = timing.us * 1e-6
+    # The binding ceiling: the slower of compute at the practical int8 rate and moving the bytes at HBM speed.
+    floor_s = max(ops / ceilings["int8_practical_ops"], bytes_moved / ceilings["hbm_bytes_per_s"])
+    return {
+        "impl": name, "M": m, "N": n, "K": k,
+        "us": round(timing.us, 3), "spread": round(timing.spread, 4),
+        "tops": round(ops / t / 1e12, 1), "gbps": round(bytes_moved / t / 1e9, 1),
+        "x_bf16": round(bf16_us / timing.us, 3) if bf16_us else None,
+        "pct_of_bound": round(100 * floor_s / t, 1),
+        "bound": "compute" if ops / ceilings["int8_practical_ops"] >= bytes_moved / ceilings["hbm_bytes_per_s"] else "memory",
+    }
+
+
+def write_results(path: str, rows: list[dict], ceilings: dict, extra: dict | None = None) -> None:
+    doc = {"environment": environment(), "ceilings": ceilings, "rows": rows, **(extra or {})}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    head = "| M | N | K | impl | us | TOP/s | GB/s | x bf16 | % of bound |\n|---|---|---|---|---|---|---|---|---|"
+    lines = [head]
+    for r in rows:
+        lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {r['impl']} | {r['us']:.1f} | {r['tops']:.0f} | "
+                     f"{r['gbps']:.0f} | {r['x_bf16'] if r['x_bf16'] is not None else '-'} | {r['pct_of_bound']} |")
+    return "\n".join(lines)
+
+
+def geomean(values: list[float]) -> float:
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")

@@ -1,0 +1,342 @@
+"""Triton int8 quantization kernels: per-token (dynamic) and per-tensor (static).
+
+The math is ``w8a8.reference`` and these kernels are bit-identical to it:
+
+    scale[r] = amax(|x[r, :]|) / 127                 fp32, IEEE division (tl.math.div_rn)
+    q[r, k]  = clamp(rint(x[r, k] / scale[r]), -128, 127)   rint: half to even
+
+    * all-zero row                   -> q = 0, scale = 0
+    * row holding any Inf or NaN     -> q = 0, scale = NaN
+
+    static: q = clamp(rint(x / scale) + zero_point, -128, 127)
+            (+Inf -> 508 + zp, -Inf -> -512 + zp before the clamp; NaN -> zero_point)
+
+Exactness notes, shared by both kernels:
+
+* Division is ``tl.math.div_rn`` (IEEE round to nearest). Triton's ``/`` on fp32
+  lowers to an approximate division on NVIDIA GPUs and would not be bit-identical.
+* ``rint`` is the classic magic-number rounding ``(y + 1.5 * 2**23) - 1.5 * 2**23``:
+  for |y| <= 2**22 the sum lands in [2**23, 2**24), where the fp32 spacing is 1, so
+  the IEEE addition itself rounds y half to even and the subtraction is exact.
+  LLVM/ptxas never reassociate fp adds without fast-math flags, which Triton does
+  not set. It is used instead of ``libdevice.rint`` because it runs unchanged in
+  Triton's interpreter (which has no libdevice), so the CPU tests cover the same
+  expression the GPU runs. Callers clamp y to +-2**22 first where it can be larger.
+* Non-finite values are detected with ``|x| <= FLT_MAX`` (false for Inf and NaN),
+  never through ``tl.max``, whose NaN propagation is unspecified.
+* Compiled offline for sm_90 with Triton 3.6 and 3.9, ``div_rn`` is ``div.rn.f32``
+  (no ``.ftz``: subnormals are kept, as in the reference) and the rint constants
+  survive as two ``add.f32``; tests/test_triton_kernels.py checks both in the PTX.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+# --- constants shared by the kernels (module globals must be tl.constexpr) ---------------
+_QMIN = tl.constexpr(-128.0)
+_QMAX = tl.constexpr(127.0)
+_SYMMETRIC_QMAX = tl.constexpr(127.0)
+_FLT_MAX = tl.constexpr(3.4028234663852886e38)
+_NAN = tl.constexpr(float("nan"))
+_INF = tl.constexpr(float("inf"))
+# 1.5 * 2**23: adding it rounds any |y| <= 2**22 to an integer, half to even.
+_RINT_MAGIC = tl.constexpr(12582912.0)
+_RINT_LIMIT = tl.constexpr(4194304.0)  # 2**22
+# Where the reference sends +-Inf before adding zero_point (nan_to_num(posinf=4*QMAX, neginf=4*QMIN)).
+_POS_INF_CODE = tl.constexpr(508.0)
+_NEG_INF_CODE = tl.constexpr(-512.0)
+
+_IN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+# --- configs -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PerTokenConfig:
+    """Launch shape of the per-token kernel for one K.
+
+    Attributes
+    ----------
+    block_k : columns per tile (power of two).
+    rows : rows per program (power of two); > 1 only for short rows.
+    single_pass : the whole row fits in one tile, so x is read once and kept in
+        registers; otherwise the kernel streams the row twice (amax, then quantize),
+        the second read mostly hitting L2.
+    num_warps : warps per program.
+    """
+
+    block_k: int
+    rows: int
+    single_pass: bool
+    num_warps: int
+
+
+# Rows up to this many columns are held in registers (x read once from HBM): 16384
+# fp32 values over 16 warps is 32 values per thread, well inside the register file.
+# It covers the hot K = 4096 and 14336; longer rows take the two-pass loop.
+PER_TOKEN_MAX_SINGLE_PASS_K = 16384
+# Tile width of the two-pass loop: 8 warps x 16 values per thread.
+PER_TOKEN_STREAM_BLOCK_K = 4096
+# Elements per program aimed at for short rows (several rows per program), and
+# values per thread aimed at: 16 = two 16-byte loads of bf16 per thread.
+_TILE_ELEMS = 2048
+_VALUES_PER_THREAD = 16
+
+
+def _warps_for(tile_elems: int) -> int:
+    return max(1, min(16, tile_elems // (32 * _VALUES_PER_THREAD)))
+
+
+@functools.lru_cache(maxsize=None)
+def per_token_config(k: int) -> PerTokenConfig:
+    """The per-token launch config for rows of ``k`` elements (a heuristic, no tuning).
+
+    * k <= 16384: one tile holds the row (block_k = next power of two >= k, at least 16);
+      short rows are packed several per program so a program handles ~2048 elements.
+    * k > 16384: one row per program, streamed in 4096-wide tiles, twice.
+    Not measured on a GPU yet: the thresholds come from register budgets (see above).
+    """
+    if k <= PER_TOKEN_MAX_SINGLE_PASS_K:
+        block_k = max(16, triton.next_power_of_2(k))
+        rows = max(1, _TILE_ELEMS // block_k)
+        return PerTokenConfig(block_k, rows, True, _warps_for(rows * block_k))
+    return PerTokenConfig(PER_TOKEN_STREAM_BLOCK_K, 1, False, _warps_for(PER_TOKEN_STREAM_BLOCK_K))
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticConfig:
+    """Launch shape of the static (per-tensor) kernel: a [rows, block_k] tile per program."""
+
+    block_k: int
+    rows: int
+    num_warps: int
+
+
+@functools.lru_cache(maxsize=None)
+def static_config(k: int) -> StaticConfig:
+    """Elementwise: ~4096 elements per program (16 per thread over 8 warps), rows packed when short."""
+    block_k = max(16, min(1024, triton.next_power_of_2(k)))
+    rows = max(1, 4096 // block_k)
+    return StaticConfig(block_k, rows, _warps_for(rows * block_k))
+
+
+# --- device helpers --------------------------------------------------------------------------
+
+
+@triton.jit
+def _rint(y):
+    """Round half to even, exact for |y| <= 2**22 (see the module docstring)."""
+    return (y + _RINT_MAGIC) - _RINT_MAGIC
+
+
+@triton.jit
+def _row_stats(xf):
+    """Per row of a [ROWS, BLOCK] fp32 tile: (amax over finite values, 1 if any Inf/NaN)."""
+    ax = tl.abs(xf)
+    finite = ax <= _FLT_MAX  # False for Inf and NaN
+    amax = tl.max(tl.where(finite, ax, 0.0), axis=1)
+    bad = tl.max((~finite).to(tl.int32), axis=1)
+    return amax, bad
+
+
+@triton.jit
+def _quantize_rows(xf, safe_scale, quantizable):
+    """int8 codes of a [ROWS, BLOCK] tile; rows that are not quantizable give 0."""
+    y = tl.math.div_rn(xf, safe_scale[:, None])  # |y| <= 127 (+ rounding) on quantizable rows
+    r = _rint(y)
+    r = tl.minimum(tl.maximum(r, _QMIN), _QMAX)
+    r = tl.where(quantizable[:, None], r, 0.0)  # also drops Inf/NaN before the int cast
+    return r.to(tl.int8)
+
+
+# --- kernels -----------------------------------------------------------------------------------
+
+
+@triton.jit
+def _quantize_per_token_kernel(
+    x_ptr,  # [R, K] fp16/bf16/fp32, row stride stride_xr, unit column stride
+    q_ptr,  # [R, K] int8, contiguous
+    scale_ptr,  # [R] fp32
+    R,
+    K,
+    stride_xr,
+    ROWS: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
+):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_in = rows < R
+    rows64 = rows.to(tl.int64)
+    x_rows = x_ptr + rows64[:, None] * stride_xr
+    q_rows = q_ptr + rows64[:, None] * K
+    cols = tl.arange(0, BLOCK_K)[None, :]
+
+    if SINGLE_PASS:
+        mask = row_in[:, None] & (cols < K)
+        xf = tl.load(x_rows + cols, mask=mask, other=0.0).to(tl.float32)
+        amax, bad = _row_stats(xf)
+    else:
+        amax = tl.zeros([ROWS], dtype=tl.float32)
+        bad = tl.zeros([ROWS], dtype=tl.int32)
+        for k0 in range(0, K, BLOCK_K):
+            mask = row_in[:, None] & (cols + k0 < K)
+            xf = tl.load(x_rows + k0 + cols, mask=mask, other=0.0).to(tl.float32)
+            tile_amax, tile_bad = _row_stats(xf)
+            amax = tl.maximum(amax, tile_amax)
+            bad = tl.maximum(bad, tile_bad)
+
+    scale = tl.math.div_rn(amax, _SYMMETRIC_QMAX)
+    quantizable = (bad == 0) & (amax > 0.0)
+    safe_scale = tl.where(quantizable, scale, 1.0)
+    tl.store(scale_ptr + rows, tl.where(bad != 0, _NAN, scale), mask=row_in)
+
+    if SINGLE_PASS:
+        tl.store(q_rows + cols, _quantize_rows(xf, safe_scale, quantizable), mask=mask)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            mask = row_in[:, None] & (cols + k0 < K)
+            xf = tl.load(x_rows + k0 + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(q_rows + k0 + cols, _quantize_rows(xf, safe_scale, quantizable), mask=mask)
+
+
+@triton.jit
+def _quantize_static_kernel(
+    x_ptr,  # [R, K] fp16/bf16/fp32, row stride stride_xr, unit column stride
+    q_ptr,  # [R, K] int8, contiguous
+    scale_ptr,  # one fp32 element
+    zp_ptr,  # one int8/int32 element (unused unless HAS_ZP)
+    R,
+    K,
+    stride_xr,
+    HAS_ZP: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    rows64 = rows.to(tl.int64)
+    mask = (rows[:, None] < R) & (cols[None, :] < K)
+    xf = tl.load(x_ptr + rows64[:, None] * stride_xr + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+
+    y = tl.math.div_rn(xf, tl.load(scale_ptr).to(tl.float32))
+    y_nan = y != y
+    y_pos_inf = y == _INF
+    y_neg_inf = y == -_INF
+    # Finite values beyond 2**22 saturate anyway; clamping keeps _rint exact.
+    r = _rint(tl.minimum(tl.maximum(tl.where(y_nan, 0.0, y), -_RINT_LIMIT), _RINT_LIMIT))
+    r = tl.where(y_pos_inf, _POS_INF_CODE, tl.where(y_neg_inf, _NEG_INF_CODE, r))
+    if HAS_ZP:
+        r = r + tl.load(zp_ptr).to(tl.float32)
+    r = tl.minimum(tl.maximum(r, _QMIN), _QMAX)
+    tl.store(q_ptr + rows64[:, None] * K + cols[None, :], r.to(tl.int8), mask=mask)
+
+
+# --- host wrappers -----------------------------------------------------------------------------
+
+
+def _as_rows(x: torch.Tensor) -> torch.Tensor:
+    """x [..., K] as [R, K] with unit column stride; a view whenever the leading dims merge."""
+    k = x.shape[-1]
+    assert x.dtype in _IN_DTYPES, f"w8a8 triton quantize: x must be fp16/bf16/fp32, got {x.dtype}"
+    assert k == 1 or x.stride(-1) == 1, f"w8a8 triton quantize: x's last dim must be contiguous: {x.stride()}"
+    return x.reshape(-1, k)  # copies only when the leading dims cannot be merged into one stride
+
+
+def quantize_per_token_out(
+    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, config: PerTokenConfig | None = None
+) -> None:
+    """Per-token quantization into preallocated outputs (see ``quantize_per_token``).
+
+    Parameters
+    ----------
+    x : [..., K] fp16 / bf16 / fp32, last dim contiguous, any other strides, K >= 1.
+    q : [..., K] int8, contiguous; written whole.
+    scale : [..., 1] fp32, contiguous; written whole.
+    config : launch config; ``per_token_config(K)`` when None (tests force the others).
+    """
+    k = x.shape[-1]
+    assert k >= 1, "w8a8 triton quantize_per_token: K must be >= 1"
+    assert q.dtype == torch.int8 and q.shape == x.shape and q.is_contiguous()
+    assert scale.dtype == torch.float32 and scale.numel() * k == x.numel() and scale.is_contiguous()
+    if x.numel() == 0:
+        return
+    x2 = _as_rows(x)
+    r = x2.shape[0]
+    cfg = config or per_token_config(k)
+    grid = (triton.cdiv(r, cfg.rows),)
+    _quantize_per_token_kernel[grid](
+        x2, q, scale, r, k, x2.stride(0),
+        ROWS=cfg.rows, BLOCK_K=cfg.block_k, SINGLE_PASS=cfg.single_pass, num_warps=cfg.num_warps,
+    )
+
+
+def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-token int8 quantization, bit-identical to ``reference.quantize_per_token``.
+
+    Parameters
+    ----------
+    x : [..., K] fp16 / bf16 / fp32 on a CUDA device (or CPU under TRITON_INTERPRET=1).
+        The last dim must be contiguous; leading dims may have any strides (they are
+        flattened without a copy whenever they merge into one row stride).
+
+    Returns
+    -------
+    q : [..., K] int8, contiguous.
+    scale : [..., 1] fp32, contiguous; 0 for all-zero rows, NaN for rows holding Inf/NaN.
+    """
+    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    quantize_per_token_out(x, q, scale)
+    return q, scale
+
+
+def quantize_static_out(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    zero_point: torch.Tensor | None,
+    q: torch.Tensor,
+    config: StaticConfig | None = None,
+) -> None:
+    """Static quantization into a preallocated ``q`` (see ``quantize_static``)."""
+    assert scale.numel() == 1, f"w8a8 triton quantize_static: scale must have one element, got {scale.numel()}"
+    assert zero_point is None or zero_point.numel() == 1, "w8a8 triton quantize_static: zero_point: one element"
+    assert q.dtype == torch.int8 and q.shape == x.shape and q.is_contiguous()
+    if x.numel() == 0:
+        return
+    if x.dim() == 0:  # a scalar is one row of one element
+        x, q = x.reshape(1), q.view(1)
+    k = x.shape[-1]
+    x2 = _as_rows(x)
+    r = x2.shape[0]
+    cfg = config or static_config(k)
+    grid = (triton.cdiv(r, cfg.rows), triton.cdiv(k, cfg.block_k))
+    _quantize_static_kernel[grid](
+        x2, q, scale, zero_point if zero_point is not None else scale, r, k, x2.stride(0),
+        HAS_ZP=zero_point is not None, ROWS=cfg.rows, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps,
+    )
+
+
+def quantize_static(
+    x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per-tensor static int8 quantization, bit-identical to ``reference.quantize_static``.
+
+    Parameters
+    ----------
+    x : [..., K] fp16 / bf16 / fp32 (or 0-dim), last dim contiguous, leading dims any strides.
+    scale : one-element fp32 tensor on x's device; read by the kernel (no host sync).
+    zero_point : None or a one-element int8 / int32 tensor on x's device.
+
+    Returns
+    -------
+    q : [..., K] int8, contiguous.
+    """
+    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    quantize_static_out(x, scale, zero_point, q)
+    return q
