@@ -1,0 +1,152 @@
+// Entry of the sm90 int8 scaled matmul (torch-free): checks the params it is
+// given, picks a config (the M ladder or config_id) and calls that config's
+// launcher. The config table lives here, and only here: see ConfigId in
+// scaled_mm_sm90_configs.cuh.
+#include <stdexcept>
+#include <string>
+
+#include "scaled_mm_sm90.h"
+#include "scaled_mm_sm90_configs.cuh"
+
+namespace w8a8 {
+namespace {
+
+using sm90::ConfigId;
+using sm90::Decomposition;
+using sm90::Raster;
+using sm90::SchedulerOptions;
+using sm90::ScaledMmSm90Launcher;
+
+struct ConfigEntry {
+  ConfigId id;
+  const char* name;
+  size_t (*workspace_size[2])(const ScaledMmSm90Params&, const SchedulerOptions&);  // [out dtype]
+  void (*run[2])(const ScaledMmSm90Params&, const SchedulerOptions&, void*, cudaStream_t);
+  SchedulerOptions options;
+};
+
+template <class Config>
+constexpr ConfigEntry entry(ConfigId id, const char* name, SchedulerOptions options) {
+  using Bf16 = ScaledMmSm90Launcher<Config, cutlass::bfloat16_t>;
+  using Fp16 = ScaledMmSm90Launcher<Config, cutlass::half_t>;
+  static_assert(int(ScaledMmOutDtype::kBFloat16) == 0 && int(ScaledMmOutDtype::kFloat16) == 1);
+  return ConfigEntry{id, name, {&Bf16::workspace_size, &Fp16::workspace_size}, {&Bf16::run, &Fp16::run},
+                     options};
+}
+
+// Scheduler options: {max swizzle, raster order, decomposition, splits}.
+constexpr ConfigEntry kConfigs[] = {
+    entry<sm90::Sm90Int8SwapN16>(sm90::kSwapN16StreamK, "swap_128x16x128_1x1_coop_streamk",
+                                 {1, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
+    entry<sm90::Sm90Int8SwapN64>(sm90::kSwapN64StreamK, "swap_128x64x128_1x1_coop_streamk",
+                                 {1, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
+    entry<sm90::Sm90Int8M128>(sm90::kM128Pingpong, "64x128x128_2x1_pingpong_swz8",
+                              {8, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
+    entry<sm90::Sm90Int8M256>(sm90::kM256Pingpong, "128x128x128_2x1_pingpong_swz8",
+                              {8, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
+    entry<sm90::Sm90Int8Large128x256>(sm90::kLarge128x256, "128x256x128_2x1_coop_swz8_rasterN",
+                                      {8, Raster::kAlongN, Decomposition::kHeuristic, 1}),
+    entry<sm90::Sm90Int8Large256x128>(sm90::kLarge256x128, "256x128x128_1x2_coop_swz8_rasterM",
+                                      {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),
+    entry<sm90::Sm90Int8SwapN16>(sm90::kSwapN16DataParallel, "swap_128x16x128_1x1_coop_dataparallel",
+                                 {1, Raster::kHeuristic, Decomposition::kDataParallel, 1}),
+    entry<sm90::Sm90Int8SwapN64>(sm90::kSwapN64DataParallel, "swap_128x64x128_1x1_coop_dataparallel",
+                                 {1, Raster::kHeuristic, Decomposition::kDataParallel, 1}),
+    entry<sm90::Sm90Int8Large128x256>(sm90::kLarge128x256RasterM, "128x256x128_2x1_coop_swz8_rasterM",
+                                      {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),
+    entry<sm90::Sm90Int8SwapN16>(sm90::kSwapN16ForceStreamK, "swap_128x16x128_1x1_coop_streamk_forced",
+                                 {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
+    entry<sm90::Sm90Int8SwapN64>(sm90::kSwapN64ForceStreamK, "swap_128x64x128_1x1_coop_streamk_forced",
+                                 {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
+};
+
+constexpr bool table_matches_ids() {
+  if (sizeof(kConfigs) / sizeof(kConfigs[0]) != sm90::kNumConfigs) return false;
+  for (int i = 0; i < sm90::kNumConfigs; ++i) {
+    if (kConfigs[i].id != i) return false;
+  }
+  return true;
+}
+static_assert(table_matches_ids(), "kConfigs must list every ConfigId once, in id order");
+
+[[noreturn]] void fail(const std::string& message) {
+  throw std::runtime_error("scaled_mm_sm90: " + message);
+}
+
+void require(bool ok, const char* what, const std::string& actual) {
+  if (!ok) fail(std::string("expected ") + what + ", got " + actual);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+std::string ptr_str(const void* p) {
+  return "address " + std::to_string(reinterpret_cast<uintptr_t>(p));
+}
+
+// The binding checks the same rules with the op's wording first; these keep
+// non-torch callers from launching on shapes the kernels cannot serve.
+void check_params(const ScaledMmSm90Params& p) {
+  require(p.m > 0 && p.n > 0 && p.k > 0, "M, N, K > 0",
+          "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k));
+  const int64_t kIntMax = 2147483647;
+  require(p.m <= kIntMax && p.n <= kIntMax && p.k <= kIntMax, "M, N, K < 2^31",
+          "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k));
+  require(p.k % 16 == 0, "K % 16 == 0 (16-byte int8 rows for TMA)", "K=" + std::to_string(p.k));
+  require(p.n % 8 == 0, "N % 8 == 0 (16-byte output rows for TMA)", "N=" + std::to_string(p.n));
+  require(p.lda >= p.k && p.lda % 16 == 0, "lda >= K and lda % 16 == 0", "lda=" + std::to_string(p.lda));
+  require(p.ldb >= p.k && p.ldb % 16 == 0, "ldb >= K and ldb % 16 == 0", "ldb=" + std::to_string(p.ldb));
+  require(p.ldd >= p.n && p.ldd % 8 == 0, "ldd >= N and ldd % 8 == 0", "ldd=" + std::to_string(p.ldd));
+  require(p.a && aligned16(p.a), "a non-null and 16-byte aligned", ptr_str(p.a));
+  require(p.b && aligned16(p.b), "b non-null and 16-byte aligned", ptr_str(p.b));
+  require(p.out && aligned16(p.out), "out non-null and 16-byte aligned", ptr_str(p.out));
+  require(p.a_scale != nullptr && p.b_scale != nullptr, "non-null a_scale and b_scale", "a null pointer");
+  require((p.bias_kind == ScaledMmBias::kNone) == (p.bias == nullptr),
+          "a bias pointer iff bias_kind != kNone",
+          "bias_kind=" + std::to_string(int(p.bias_kind)) + (p.bias ? " with" : " without") + " a pointer");
+  require(p.out_dtype == ScaledMmOutDtype::kBFloat16 || p.out_dtype == ScaledMmOutDtype::kFloat16,
+          "out_dtype bf16 or fp16", std::to_string(int(p.out_dtype)));
+  require(p.config_id >= -1 && p.config_id < sm90::kNumConfigs,
+          ("config_id in [-1, " + std::to_string(sm90::kNumConfigs - 1) + "]").c_str(),
+          std::to_string(p.config_id));
+  require(p.sm_count > 0, "sm_count > 0", std::to_string(p.sm_count));
+}
+
+const ConfigEntry& pick(const ScaledMmSm90Params& p) {
+  return kConfigs[p.config_id >= 0 ? p.config_id : sm90::select_config(p.m)];
+}
+
+}  // namespace
+
+int scaled_mm_sm90_num_configs() { return sm90::kNumConfigs; }
+
+const char* scaled_mm_sm90_config_name(int config_id) {
+  return config_id >= 0 && config_id < sm90::kNumConfigs ? kConfigs[config_id].name : nullptr;
+}
+
+int scaled_mm_sm90_heuristic_config(int64_t m) { return sm90::select_config(m); }
+
+size_t scaled_mm_sm90_workspace_size(const ScaledMmSm90Params& params) {
+  check_params(params);
+  const ConfigEntry& config = pick(params);
+  try {
+    return config.workspace_size[int(params.out_dtype)](params, config.options);
+  } catch (const std::exception& e) {
+    fail(std::string("config ") + config.name + ": " + e.what());
+  }
+}
+
+void scaled_mm_sm90(const ScaledMmSm90Params& params, void* workspace, cudaStream_t stream) {
+  check_params(params);
+  const ConfigEntry& config = pick(params);
+  try {
+    if (workspace == nullptr) {
+      const size_t needed = config.workspace_size[int(params.out_dtype)](params, config.options);
+      require(needed == 0, "a workspace for this config", "null (needs " + std::to_string(needed) + " bytes)");
+    }
+    config.run[int(params.out_dtype)](params, config.options, workspace, stream);
+  } catch (const std::exception& e) {
+    fail(std::string("config ") + config.name + ": " + e.what());
+  }
+}
+
+}  // namespace w8a8

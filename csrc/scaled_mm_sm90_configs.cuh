@@ -1,0 +1,186 @@
+// Tile configs of the sm90 int8 scaled matmul, the config ids and the
+// dispatch ladder on M.
+//
+// A config is a compile-time struct (one CUTLASS instantiation per config and
+// output dtype, explicitly instantiated in scaled_mm_sm90_<config>.cu). An
+// entry of the config table (scaled_mm_sm90.cu) pairs a config with run-time
+// tile-scheduler options (swizzle, raster order, stream-K decomposition), so
+// scheduler variants cost no extra compilation. The op's config_id indexes
+// that table; -1 runs the ladder select_config below.
+//
+// Figures quoted below are from /work/shared/HOPPER-INT8-FACTS.md (our H100,
+// random int8 data, bf16 out).
+#pragma once
+
+#include <cstdint>
+
+#include <cute/layout.hpp>
+#include <cutlass/bfloat16.h>
+#include <cutlass/epilogue/dispatch_policy.hpp>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+#include <cutlass/half.h>
+
+#include "scaled_mm_sm90.h"
+
+namespace w8a8::sm90 {
+
+using cute::Shape;
+using cute::_1;
+using cute::_2;
+using cute::_16;
+using cute::_64;
+using cute::_128;
+using cute::_256;
+
+// ---------------------------------------------------------------------------
+// Configs. Fields: TileShape (CTA tile M x N x K of the GEMM as CUTLASS sees
+// it, i.e. after the swap for kSwapAB), ClusterShape, KernelSchedule,
+// EpilogueSchedule, TileScheduler, kSwapAB.
+//
+// Swap-AB (decode): out^T = b @ a^T is computed instead, so the weight rows
+// fill the 128-row wgmma M side and the few tokens sit on the wgmma N side
+// (16..64 wide) instead of being padded to a 64-row tile. At these M the GEMM
+// streams the weights (memory-bound), so the tiles are cooperative (two
+// consumer warpgroups, 128 weight rows) with the stream-K scheduler: a model
+// with N = 4096 has only 32 tiles of 128 rows for 132 SMs, and stream-K /
+// split-K spreads the K loop over the idle SMs.
+// ---------------------------------------------------------------------------
+
+// For M in [1, 16]: decode. Swap-AB, 16 token columns (the smallest tile that
+// covers a 16-row batch; wgmma N = 16). smem per stage 16 KiB + 2 KiB.
+struct Sm90Int8SwapN16 {
+  using TileShape = Shape<_128, _16, _128>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr bool kSwapAB = true;
+};
+
+// For M in (16, 64]: small batches. Swap-AB, 64 token columns; still
+// memory-bound (128x64x128 wgmma per 16 KiB of weights), so one tile width
+// serves 17..64 tokens. smem per stage 16 KiB + 8 KiB.
+struct Sm90Int8SwapN64 {
+  using TileShape = Shape<_128, _64, _128>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr bool kSwapAB = true;
+};
+
+// For M in (64, 128]: 64-row tiles, 2 M tiles = one 2x1 cluster, so each
+// weight tile is multicast to both (weights dominate the traffic here).
+// Pingpong overlaps one warpgroup's epilogue with the other's mainloop.
+struct Sm90Int8M128 {
+  using TileShape = Shape<_64, _128, _128>;
+  using ClusterShape = Shape<_2, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = false;
+};
+
+// For M in (128, 256]: 128x128 pingpong, 2x1 cluster (weights multicast to
+// the 2 M tiles). The facts table shows 2x1 pingpong losing at M = 8192 with
+// huge N (928 TOP/s) but that is the large-M regime served below.
+struct Sm90Int8M256 {
+  using TileShape = Shape<_128, _128, _128>;
+  using ClusterShape = Shape<_2, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = false;
+};
+
+// For M > 256: compute-bound. 128x256x128 cooperative, 2x1 cluster: 1360 /
+// 1386 / 1340 TOP/s on the three facts shapes, best-in-class on the big-N
+// shapes (1451 with swizzle 8, raster along N).
+struct Sm90Int8Large128x256 {
+  using TileShape = Shape<_128, _256, _128>;
+  using ClusterShape = Shape<_2, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = false;
+};
+
+// Alternative for M > 256 (benchmark via config_id): 256x128x128 cooperative,
+// 1x2 cluster: best on 8192^3 (1405; 1434 with swizzle 8, raster along M),
+// within 3% of the above elsewhere.
+struct Sm90Int8Large256x128 {
+  using TileShape = Shape<_256, _128, _128>;
+  using ClusterShape = Shape<_1, _2, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = false;
+};
+
+// ---------------------------------------------------------------------------
+// Run-time scheduler options of a table entry.
+// ---------------------------------------------------------------------------
+enum class Raster : int { kHeuristic, kAlongM, kAlongN };  // CUTLASS RasterOrderOptions
+enum class Decomposition : int { kHeuristic, kDataParallel, kSplitK, kStreamK };  // stream-K scheduler only
+
+struct SchedulerOptions {
+  // Upper bound on the tile-scheduler swizzle (1, 2, 4, 8). The launcher
+  // lowers it when the padding it implies would waste more than 1/32 of the
+  // tiles (CUTLASS pads the tile grid to a multiple of swizzle x cluster and
+  // runs the padded tiles).
+  int max_swizzle;
+  Raster raster;
+  Decomposition decomposition;  // ignored by the persistent scheduler
+  int splits;                   // for kSplitK (and kHeuristic when > 1)
+};
+
+// The launcher each .cu instantiates (defined in scaled_mm_sm90_kernel.cuh).
+// ElementOut: cutlass::bfloat16_t or cutlass::half_t.
+template <class Config, class ElementOut>
+struct ScaledMmSm90Launcher {
+  static size_t workspace_size(const ScaledMmSm90Params& params, const SchedulerOptions& options);
+  static void run(const ScaledMmSm90Params& params, const SchedulerOptions& options, void* workspace,
+                  cudaStream_t stream);
+};
+
+// ---------------------------------------------------------------------------
+// Config ids: the index of an entry of the table in scaled_mm_sm90.cu (the
+// table pairs a config with its SchedulerOptions; it lives in that one file
+// because taking the launchers' addresses where their definitions are visible
+// would instantiate every config in every .cu). Ids are the benchmarking
+// interface (the op's config_id): append, never renumber.
+// ---------------------------------------------------------------------------
+enum ConfigId : int {
+  kSwapN16StreamK = 0,       // Sm90Int8SwapN16, stream-K heuristic
+  kSwapN64StreamK = 1,       // Sm90Int8SwapN64, stream-K heuristic
+  kM128Pingpong = 2,         // Sm90Int8M128
+  kM256Pingpong = 3,         // Sm90Int8M256
+  kLarge128x256 = 4,         // Sm90Int8Large128x256, swizzle 8, raster along N
+  kLarge256x128 = 5,         // Sm90Int8Large256x128, swizzle 8, raster along M
+  kSwapN16DataParallel = 6,  // Sm90Int8SwapN16, no K split
+  kSwapN64DataParallel = 7,  // Sm90Int8SwapN64, no K split
+  kLarge128x256RasterM = 8,  // Sm90Int8Large128x256, swizzle 8, raster along M
+  kSwapN16ForceStreamK = 9,  // Sm90Int8SwapN16, stream-K even where the heuristic keeps whole tiles
+  kSwapN64ForceStreamK = 10, // Sm90Int8SwapN64, same
+  kNumConfigs = 11
+};
+
+// The ladder on next_pow2(M). Reasons: a GEMM does 2*M ops per weight byte,
+// and the H100 balance point is ~430 ops/byte (1450 TOP/s / 3.35 TB/s). M <= 64
+// (<= 128 ops/byte) is decode / small batch, deep in the weight-bound regime:
+// swap-AB. M in (64, 256] (128..512 ops/byte) straddles the balance point:
+// 2x1 clusters multicast each weight tile to both M tiles, pingpong hides the
+// epilogue. M > 256 is compute-bound: the best cooperative tile of the facts.
+// Untuned thresholds: the first thing to benchmark (config_id forces a config).
+inline int select_config(int64_t m) {
+  int64_t m_pow2 = 1;
+  while (m_pow2 < m) m_pow2 <<= 1;
+  if (m_pow2 <= 16) return kSwapN16StreamK;
+  if (m_pow2 <= 64) return kSwapN64StreamK;
+  if (m_pow2 <= 128) return kM128Pingpong;
+  if (m_pow2 <= 256) return kM256Pingpong;
+  return kLarge128x256;
+}
+
+}  // namespace w8a8::sm90

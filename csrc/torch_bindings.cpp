@@ -1,0 +1,234 @@
+// Torch binding of the CUTLASS kernels: schemas, input checks, output and
+// workspace allocation, stream and device plumbing. No kernel code here: the
+// kernels sit behind the torch-free interface of scaled_mm_sm90.h.
+//
+// Ops (namespace w8a8):
+//   scaled_mm_cutlass(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale,
+//                     Tensor? bias, ScalarType out_dtype, int config_id=-1) -> Tensor
+//       out[m, n] = a_scale[m] * (b_scale[n] * float(a @ b^T)[m, n]) + bias[n]
+//       (fp32, one rounding to out_dtype). config_id = -1 picks the tile config
+//       by M; 0..n-1 forces an entry of the config table (benchmarking; the
+//       error for an out-of-range id lists the table).
+//   cutlass_archs() -> int[]
+//       The SM architectures the CUTLASS kernels were compiled for.
+//
+// Importing w8a8._C loads this library; the static initialisers below
+// register the ops, so the module itself is empty.
+#include <Python.h>
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include "scaled_mm_sm90.h"
+
+namespace w8a8 {
+namespace {
+
+#define W8A8_CHECK(cond, ...) TORCH_CHECK(cond, "w8a8.scaled_mm(backend='cutlass'): ", __VA_ARGS__)
+
+std::string config_list() {
+  std::string list;
+  for (int i = 0; i < scaled_mm_sm90_num_configs(); ++i) {
+    list += (i ? ", " : "") + std::to_string(i) + "=" + scaled_mm_sm90_config_name(i);
+  }
+  return list;
+}
+
+struct DeviceInfo {
+  int major = 0, minor = 0, sm_count = 0;
+};
+
+// Capability and SM count of every visible device, queried once (C++ static
+// initialisation is thread-safe) and read lock-free afterwards.
+const DeviceInfo& device_info(c10::DeviceIndex device) {
+  static const std::vector<DeviceInfo> infos = [] {
+    std::vector<DeviceInfo> all(c10::cuda::device_count());
+    for (int d = 0; d < static_cast<int>(all.size()); ++d) {
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&all[d].major, cudaDevAttrComputeCapabilityMajor, d));
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&all[d].minor, cudaDevAttrComputeCapabilityMinor, d));
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&all[d].sm_count, cudaDevAttrMultiProcessorCount, d));
+    }
+    return all;
+  }();
+  TORCH_INTERNAL_ASSERT(device >= 0 && device < static_cast<int>(infos.size()), "device ", int(device),
+                        " out of range");
+  return infos[device];
+}
+
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// Row pitch of a 2-D operand. A single-row tensor's outer stride is never used
+// to step (PyTorch may report any value for a size-1 dim), so it is read as
+// the packed pitch, rounded up to the 16-byte TMA rule.
+int64_t row_pitch(const at::Tensor& t) {
+  if (t.size(0) == 1) return (t.size(1) + 15) / 16 * 16;
+  return t.stride(0);
+}
+
+// out = a_scale * (b_scale * 0) + bias for K == 0 (an empty sum), as the
+// reference computes it: no kernel has a zero-length K loop.
+at::Tensor scaled_mm_empty_k(const at::Tensor& a_scale, const at::Tensor& b_scale,
+                             const c10::optional<at::Tensor>& bias, int64_t m, int64_t n,
+                             at::ScalarType out_dtype) {
+  at::Tensor acc = at::zeros({m, n}, a_scale.options().dtype(at::kFloat));
+  at::Tensor out = a_scale.reshape({-1, 1}) * (b_scale.reshape({1, -1}) * acc);
+  if (bias.has_value()) out = out + bias->to(at::kFloat).reshape({1, n});
+  return out.to(out_dtype);
+}
+
+void check_vector(const at::Tensor& t, const char* name, int64_t length, const char* length_name,
+                  const at::Device& device) {
+  W8A8_CHECK(t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
+  W8A8_CHECK(t.device() == device, name, " must be on ", device, " (where a is), got ", t.device());
+  W8A8_CHECK(t.numel() == 1 || t.numel() == length, name, " must hold 1 or ", length_name, " = ",
+             length, " values, got ", t.numel(), " (shape ", t.sizes(), ")");
+  W8A8_CHECK(t.numel() == 1 || t.is_contiguous(), name, " must be contiguous, got strides ",
+             t.strides(), " for shape ", t.sizes());
+}
+
+at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
+                             const at::Tensor& b_scale, const c10::optional<at::Tensor>& bias,
+                             at::ScalarType out_dtype, int64_t config_id) {
+  // dtypes and devices
+  W8A8_CHECK(a.scalar_type() == at::kChar, "a must be int8, got ", a.scalar_type());
+  W8A8_CHECK(b.scalar_type() == at::kChar, "b must be int8, got ", b.scalar_type());
+  W8A8_CHECK(out_dtype == at::kBFloat16 || out_dtype == at::kHalf,
+             "out_dtype must be bfloat16 or float16, got ", out_dtype);
+  W8A8_CHECK(a.is_cuda(), "a must be a CUDA tensor, got device ", a.device());
+  const at::Device device = a.device();
+  W8A8_CHECK(b.device() == device, "b must be on ", device, " (where a is), got ", b.device());
+
+  // shapes
+  W8A8_CHECK(a.dim() == 2, "a must be 2-D [M, K], got shape ", a.sizes());
+  W8A8_CHECK(b.dim() == 2, "b must be 2-D [N, K], got shape ", b.sizes());
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  W8A8_CHECK(b.size(1) == k, "b must be [N, K] with K = ", k, " (a's K), got shape ", b.sizes());
+  check_vector(a_scale, "a_scale", m, "M", device);
+  check_vector(b_scale, "b_scale", n, "N", device);
+  ScaledMmBias bias_kind = ScaledMmBias::kNone;
+  if (bias.has_value()) {
+    const at::Tensor& t = *bias;
+    W8A8_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == out_dtype,
+               "bias must be float32 or out_dtype (", out_dtype, "), got ", t.scalar_type());
+    W8A8_CHECK(t.device() == device, "bias must be on ", device, " (where a is), got ", t.device());
+    W8A8_CHECK(t.dim() == 1 && t.size(0) == n, "bias must be 1-D [N] with N = ", n,
+               ", got shape ", t.sizes());
+    W8A8_CHECK(t.stride(0) == 1 || n == 1, "bias must be contiguous, got stride ", t.stride(0));
+    bias_kind = t.scalar_type() == at::kFloat ? ScaledMmBias::kFloat32 : ScaledMmBias::kOutDtype;
+  }
+  W8A8_CHECK(config_id >= -1 && config_id < scaled_mm_sm90_num_configs(),
+             "config_id must be -1 (heuristic) or one of ", config_list(), "; got ", config_id);
+
+  const c10::cuda::CUDAGuard device_guard(device);
+  if (m == 0 || n == 0) return at::empty({m, n}, a.options().dtype(out_dtype));
+  if (k == 0) return scaled_mm_empty_k(a_scale, b_scale, bias, m, n, out_dtype);
+
+  // architecture: the kernels are sm_90a cubins (wgmma, setmaxnreg)
+  const DeviceInfo& info = device_info(device.index());
+  W8A8_CHECK(info.major == 9 && info.minor == 0,
+             "the CUTLASS kernels need compute capability 9.0 (sm_90a), got ", info.major, ".",
+             info.minor, " on ", device);
+
+  // TMA alignment rule
+  W8A8_CHECK(k % 16 == 0, "K must be a multiple of 16 (16-byte int8 rows for TMA), got K = ", k);
+  W8A8_CHECK(n % 8 == 0, "N must be a multiple of 8 (16-byte output rows for TMA), got N = ", n);
+  W8A8_CHECK(a.stride(1) == 1, "a must have unit stride along K, got strides ", a.strides());
+  W8A8_CHECK(b.stride(1) == 1, "b must have unit stride along K, got strides ", b.strides());
+  W8A8_CHECK(aligned16(a), "a's data pointer must be 16-byte aligned (TMA), got ", a.data_ptr(),
+             " (storage offset ", a.storage_offset(), ")");
+  W8A8_CHECK(aligned16(b), "b's data pointer must be 16-byte aligned (TMA), got ", b.data_ptr(),
+             " (storage offset ", b.storage_offset(), ")");
+  const int64_t lda = row_pitch(a), ldb = row_pitch(b);
+  W8A8_CHECK(lda >= k && lda % 16 == 0,
+             "a's row stride must be >= K and a multiple of 16 (16-byte aligned rows for TMA), "
+             "got strides ", a.strides(), " for shape ", a.sizes());
+  W8A8_CHECK(ldb >= k && ldb % 16 == 0,
+             "b's row stride must be >= K and a multiple of 16 (16-byte aligned rows for TMA), "
+             "got strides ", b.strides(), " for shape ", b.sizes());
+  const int64_t int_max = 2147483647;
+  W8A8_CHECK(m <= int_max && n <= int_max && k <= int_max, "M, N, K must be < 2^31, got M = ", m,
+             ", N = ", n, ", K = ", k);
+
+  at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
+
+  ScaledMmSm90Params params;
+  params.a = a.data_ptr<int8_t>();
+  params.b = b.data_ptr<int8_t>();
+  params.out = out.data_ptr();
+  params.a_scale = a_scale.data_ptr<float>();
+  params.b_scale = b_scale.data_ptr<float>();
+  params.a_scale_per_token = a_scale.numel() != 1;
+  params.b_scale_per_channel = b_scale.numel() != 1;
+  params.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  params.bias_kind = bias_kind;
+  params.out_dtype = out_dtype == at::kBFloat16 ? ScaledMmOutDtype::kBFloat16 : ScaledMmOutDtype::kFloat16;
+  params.m = m;
+  params.n = n;
+  params.k = k;
+  params.lda = lda;
+  params.ldb = ldb;
+  params.ldd = out.stride(0);
+  params.config_id = static_cast<int>(config_id);
+  params.device_id = device.index();
+  params.sm_count = info.sm_count;
+
+  // c10::cuda::getCurrentCUDAStream is at::cuda::getCurrentCUDAStream.
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  try {
+    const size_t workspace_bytes = scaled_mm_sm90_workspace_size(params);
+    // Allocated through the caching allocator on the current stream, so its
+    // memory is not reused before this stream's GEMM has finished with it.
+    at::Tensor workspace;
+    if (workspace_bytes > 0) {
+      workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, a.options().dtype(at::kByte));
+    }
+    scaled_mm_sm90(params, workspace_bytes > 0 ? workspace.data_ptr() : nullptr, stream);
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    W8A8_CHECK(false, e.what(), " (M = ", m, ", N = ", n, ", K = ", k, ", config_id = ", config_id,
+               ")");
+  }
+  return out;
+}
+
+// The archs compiled into this library; one entry per arch directory of
+// kernels (add yours when you add an arch).
+std::vector<int64_t> cutlass_archs() { return {90}; }
+
+}  // namespace
+}  // namespace w8a8
+
+TORCH_LIBRARY_FRAGMENT(w8a8, m) {
+  m.def(
+      "scaled_mm_cutlass(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor? bias, "
+      "ScalarType out_dtype, int config_id=-1) -> Tensor");
+  m.def("cutlass_archs() -> int[]");
+}
+
+TORCH_LIBRARY_IMPL(w8a8, CUDA, m) { m.impl("scaled_mm_cutlass", &w8a8::scaled_mm_cutlass); }
+
+// No tensor arguments: a CompositeExplicitAutograd kernel also serves the
+// empty dispatch key set.
+TORCH_LIBRARY_IMPL(w8a8, CompositeExplicitAutograd, m) {
+  m.impl("cutlass_archs", &w8a8::cutlass_archs);
+}
+
+// `import w8a8._C` loads this shared library (running the registrations
+// above); the module has no attributes.
+PyMODINIT_FUNC PyInit__C(void) {
+  static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr,
+                                      nullptr, nullptr, nullptr, nullptr};
+  return PyModule_Create(&module);
+}
