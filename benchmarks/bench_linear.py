@@ -23,7 +23,8 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict) -> 
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
     rows = []
     bf16 = harness.time_graph([lambda l=l: F.linear(x, l.weight) for l in linears])
-    rows.append(harness.gemm_row("bf16 F.linear", m, n, k, bf16, 2 * (m * k + n * k + m * n), ceilings, bf16.us))
+    rows.append(harness.gemm_row("bf16 F.linear", m, n, k, bf16, 2 * (m * k + n * k + m * n), ceilings, bf16.us,
+                                 peak_key="bf16_flops"))
     # Bytes of the fused path: read x (bf16), write+read q (int8) and scales, read W, write out.
     bytes_e2e = 2 * m * k + 2 * m * k + n * k + 2 * m * n
     for backend in backends:

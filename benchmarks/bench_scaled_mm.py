@@ -33,7 +33,8 @@ def bench_shape(m: int, n: int, k: int, impls: list[str], ceilings: dict, config
     a_s = torch.rand(m, 1, device=dev) * 1e-2 + 1e-3
     rows = []
     bf16 = harness.time_graph([lambda i=i: F.linear(x, w_bf16[i]) for i in range(n_sets)])
-    rows.append(harness.gemm_row("bf16 F.linear", m, n, k, bf16, 2 * (m * k + n * k + m * n), ceilings, bf16.us))
+    rows.append(harness.gemm_row("bf16 F.linear", m, n, k, bf16, 2 * (m * k + n * k + m * n), ceilings, bf16.us,
+                                 peak_key="bf16_flops"))
     int8_bytes = m * k + n * k + 2 * m * n + 4 * (m + n)
     if "int_mm" in impls and m > 16:
         t = harness.time_graph([lambda i=i: torch._int_mm(a_q, w_q[i].t()) for i in range(n_sets)])

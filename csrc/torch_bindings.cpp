@@ -17,6 +17,7 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
@@ -35,7 +36,41 @@
 namespace w8a8 {
 namespace {
 
-#define W8A8_CHECK(cond, ...) TORCH_CHECK(cond, "w8a8.scaled_mm(backend='cutlass'): ", __VA_ARGS__)
+// Error messages are assembled with std::to_string / snprintf and handed to
+// TORCH_CHECK as one string, never formatted through std::ostream here: with a
+// toolchain that links libstdc++ statically into the extension (the H100
+// image's /opt/gcc did), the extension's own copy of ostream's number
+// formatting reads an uninitialised locale facet and segfaults (seen on the
+// H100: a failing check printing an int64 crashed in _M_insert<long>).
+namespace msg {
+inline std::string text(const char* s) { return s; }
+inline std::string text(const std::string& s) { return s; }
+inline std::string text(int v) { return std::to_string(v); }
+inline std::string text(long v) { return std::to_string(v); }
+inline std::string text(long long v) { return std::to_string(v); }
+inline std::string text(unsigned long v) { return std::to_string(v); }
+inline std::string text(c10::ScalarType t) { return c10::toString(t); }
+inline std::string text(const c10::Device& d) { return d.str(); }
+inline std::string text(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%p", p);
+  return buf;
+}
+inline std::string text(c10::IntArrayRef values) {
+  std::string s = "[";
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + std::to_string(values[i]);
+  return s + "]";
+}
+template <class... Args>
+std::string join(const Args&... args) {
+  std::string s;
+  (s += ... += text(args));
+  return s;
+}
+}  // namespace msg
+
+#define W8A8_CHECK(cond, ...) \
+  TORCH_CHECK(cond, ::w8a8::msg::join("w8a8.scaled_mm(backend='cutlass'): ", __VA_ARGS__))
 
 std::string config_list() {
   std::string list;
@@ -61,8 +96,8 @@ const DeviceInfo& device_info(c10::DeviceIndex device) {
     }
     return all;
   }();
-  TORCH_INTERNAL_ASSERT(device >= 0 && device < static_cast<int>(infos.size()), "device ", int(device),
-                        " out of range");
+  TORCH_INTERNAL_ASSERT(device >= 0 && device < static_cast<int>(infos.size()),
+                        msg::join("device ", int(device), " out of range"));
   return infos[device];
 }
 

@@ -40,7 +40,9 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     xf = x.float()
     finite_row = torch.isfinite(xf).all(dim=-1, keepdim=True)
     amax = xf.abs().nan_to_num(0.0, 0.0, 0.0).amax(dim=-1, keepdim=True)
-    scale = torch.where(finite_row, amax / SYMMETRIC_QMAX, torch.full_like(amax, float("nan")))
+    # Divide by a tensor, not a Python scalar: torch's CUDA division by a scalar multiplies
+    # by its reciprocal, which is not the correctly rounded quotient.
+    scale = torch.where(finite_row, amax / torch.full_like(amax, SYMMETRIC_QMAX), torch.full_like(amax, float("nan")))
     # Zero rows (scale 0) and non-finite rows quantize to 0.
     safe = torch.where(finite_row & (amax > 0), scale, torch.ones_like(scale))
     q = torch.round(xf / safe).clamp_(QMIN, QMAX)

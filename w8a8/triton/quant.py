@@ -42,7 +42,6 @@ _QMIN = tl.constexpr(-128.0)
 _QMAX = tl.constexpr(127.0)
 _SYMMETRIC_QMAX = tl.constexpr(127.0)
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
-_NAN = tl.constexpr(float("nan"))
 _INF = tl.constexpr(float("inf"))
 # 1.5 * 2**23: adding it rounds any |y| <= 2**22 to an integer, half to even.
 _RINT_MAGIC = tl.constexpr(12582912.0)
@@ -194,7 +193,9 @@ def _quantize_per_token_kernel(
     scale = tl.math.div_rn(amax, _SYMMETRIC_QMAX)
     quantizable = (bad == 0) & (amax > 0.0)
     safe_scale = tl.where(quantizable, scale, 1.0)
-    tl.store(scale_ptr + rows, tl.where(bad != 0, _NAN, scale), mask=row_in)
+    # inf - inf is NaN. (A NaN global constexpr breaks Triton 3.6's check that globals are
+    # unchanged since compilation: NaN != NaN.)
+    tl.store(scale_ptr + rows, tl.where(bad != 0, _INF - _INF, scale), mask=row_in)
 
     if SINGLE_PASS:
         tl.store(q_rows + cols, _quantize_rows(xf, safe_scale, quantizable), mask=mask)
