@@ -112,7 +112,7 @@ void check_params(const ScaledMmSm90Params& p) {
 }
 
 const ConfigEntry& pick(const ScaledMmSm90Params& p) {
-  return kConfigs[p.config_id >= 0 ? p.config_id : sm90::select_config(p.m)];
+  return kConfigs[p.config_id >= 0 ? p.config_id : sm90::select_config(p.m, p.n)];
 }
 
 }  // namespace
@@ -123,7 +123,7 @@ const char* scaled_mm_sm90_config_name(int config_id) {
   return config_id >= 0 && config_id < sm90::kNumConfigs ? kConfigs[config_id].name : nullptr;
 }
 
-int scaled_mm_sm90_heuristic_config(int64_t m) { return sm90::select_config(m); }
+int scaled_mm_sm90_heuristic_config(int64_t m, int64_t n) { return sm90::select_config(m, n); }
 
 size_t scaled_mm_sm90_workspace_size(const ScaledMmSm90Params& params) {
   check_params(params);

@@ -66,6 +66,6 @@ void scaled_mm_sm90(const ScaledMmSm90Params& params, void* workspace, cudaStrea
 int scaled_mm_sm90_num_configs();
 const char* scaled_mm_sm90_config_name(int config_id);
 // The config the heuristic picks for this M (what config_id = -1 runs).
-int scaled_mm_sm90_heuristic_config(int64_t m);
+int scaled_mm_sm90_heuristic_config(int64_t m, int64_t n);
 
 }  // namespace w8a8

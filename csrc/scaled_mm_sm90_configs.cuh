@@ -47,7 +47,8 @@ using cute::_256;
 // split-K spreads the K loop over the idle SMs.
 // ---------------------------------------------------------------------------
 
-// For M in [1, 16]: decode. Swap-AB, 16 token columns (the smallest tile that
+// Serves M <= 64 (data-parallel, config 6; see select_config). Decode.
+// Swap-AB, 16 token columns (the smallest tile that
 // covers a 16-row batch; wgmma N = 16). smem per stage 16 KiB + 2 KiB.
 struct Sm90Int8SwapN16 {
   using TileShape = Shape<_128, _16, _128>;
@@ -58,7 +59,7 @@ struct Sm90Int8SwapN16 {
   static constexpr bool kSwapAB = true;
 };
 
-// For M in (16, 64]: small batches. Swap-AB, 64 token columns; still
+// Serves M in (128, 256] with N <= 4096 (config 7). Swap-AB, 64 token columns; still
 // memory-bound (128x64x128 wgmma per 16 KiB of weights), so one tile width
 // serves 17..64 tokens. smem per stage 16 KiB + 8 KiB.
 struct Sm90Int8SwapN64 {
@@ -82,7 +83,7 @@ struct Sm90Int8M128 {
   static constexpr bool kSwapAB = false;
 };
 
-// For M in (128, 256]: 128x128 pingpong, 2x1 cluster (weights multicast to
+// Serves M in (128, 512] (config 3; N > 4096 below 256): 128x128 pingpong, 2x1 cluster (weights multicast to
 // the 2 M tiles). The facts table shows 2x1 pingpong losing at M = 8192 with
 // huge N (928 TOP/s) but that is the large-M regime served below.
 struct Sm90Int8M256 {
@@ -94,7 +95,7 @@ struct Sm90Int8M256 {
   static constexpr bool kSwapAB = false;
 };
 
-// For M > 256: compute-bound. 128x256x128 cooperative, 2x1 cluster: 1360 /
+// Serves M > 512: compute-bound. 128x256x128 cooperative, 2x1 cluster: 1360 /
 // 1386 / 1340 TOP/s on the three facts shapes, best-in-class on the big-N
 // shapes (1451 with swizzle 8, raster along N).
 struct Sm90Int8Large128x256 {
@@ -166,20 +167,29 @@ enum ConfigId : int {
   kNumConfigs = 11
 };
 
-// The ladder on next_pow2(M). Reasons: a GEMM does 2*M ops per weight byte,
-// and the H100 balance point is ~430 ops/byte (1450 TOP/s / 3.35 TB/s). M <= 64
-// (<= 128 ops/byte) is decode / small batch, deep in the weight-bound regime:
-// swap-AB. M in (64, 256] (128..512 ops/byte) straddles the balance point:
-// 2x1 clusters multicast each weight tile to both M tiles, pingpong hides the
-// epilogue. M > 256 is compute-bound: the best cooperative tile of the facts.
-// Untuned thresholds: the first thing to benchmark (config_id forces a config).
-inline int select_config(int64_t m) {
+// The ladder on next_pow2(M) (and N in one bucket), set from the config sweep
+// of docs/TUNING.md (H100, CUDA-graph replay, all 8 grid shapes; "wins k/8"
+// counts the shapes where the pick was fastest or within 3% of it):
+//   M <= 64:  swap-AB 128x16, data-parallel. Fastest on 6/8 shapes at M = 1
+//             and 16, and 5-35% ahead of the stream-K variant (the stream-K
+//             fix-up and its workspace memset cost more than the idle SMs).
+//             At M = 64 the 128x64 swap tile is 3% faster on big N but 30%
+//             slower on 4096 x 4096, so the 16-wide tile serves all of M <= 64.
+//   M <= 128: 64x128 pingpong, 2x1 cluster: best or within 1% on 8/8.
+//   M <= 256: N <= 4096 (32 weight tiles of 128 rows): swap-AB 128x64 is
+//             25-30% faster than 128x128 tiles (16 tiles for 132 SMs);
+//             larger N: 128x128 pingpong, best on 4/5 of those shapes.
+//   M <= 512: 128x128 pingpong: best on 5/8, up to 40% ahead of 128x256
+//             (wave quantization: 4 x N/256 tiles leave SMs idle); 7-9%
+//             behind it on N = 57344 and K = 28672.
+//   M > 512:  128x256 cooperative, 2x1 cluster, swizzle 8, raster along N.
+inline int select_config(int64_t m, int64_t n) {
   int64_t m_pow2 = 1;
   while (m_pow2 < m) m_pow2 <<= 1;
-  if (m_pow2 <= 16) return kSwapN16StreamK;
-  if (m_pow2 <= 64) return kSwapN64StreamK;
+  if (m_pow2 <= 64) return kSwapN16DataParallel;
   if (m_pow2 <= 128) return kM128Pingpong;
-  if (m_pow2 <= 256) return kM256Pingpong;
+  if (m_pow2 <= 256) return n <= 4096 ? kSwapN64DataParallel : kM256Pingpong;
+  if (m_pow2 <= 512) return kM256Pingpong;
   return kLarge128x256;
 }
 

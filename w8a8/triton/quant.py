@@ -76,16 +76,19 @@ class PerTokenConfig:
     num_warps: int
 
 
-# Rows up to this many columns are held in registers (x read once from HBM): 16384
-# fp32 values over 16 warps is 32 values per thread, well inside the register file.
-# It covers the hot K = 4096 and 14336; longer rows take the two-pass loop.
-PER_TOKEN_MAX_SINGLE_PASS_K = 16384
-# Tile width of the two-pass loop: 8 warps x 16 values per thread.
-PER_TOKEN_STREAM_BLOCK_K = 4096
+# Measured on the H100 (docs/TUNING.md, bench_quant.py --sweep, M = 8192, bf16 in):
+# K = 4096 single pass, 4 warps (32 values per thread): 42.0 us, 78.5% of HBM (8 warps: 75%,
+# 16: 64%). K = 14336: single pass over a 16384-wide tile tops out at 55% (16 warps);
+# the two-pass loop over 2048-wide tiles with 8 warps reaches 64.6% (4096 wide: 61%).
+# So rows up to 8192 columns stay in registers, longer rows stream.
+PER_TOKEN_MAX_SINGLE_PASS_K = 8192
+# Tile width and warps of the two-pass loop (measured best at K = 14336, above).
+PER_TOKEN_STREAM_BLOCK_K = 2048
+PER_TOKEN_STREAM_WARPS = 8
 # Elements per program aimed at for short rows (several rows per program), and
-# values per thread aimed at: 16 = two 16-byte loads of bf16 per thread.
+# values per thread aimed at: 32 (the K = 4096 optimum above).
 _TILE_ELEMS = 2048
-_VALUES_PER_THREAD = 16
+_VALUES_PER_THREAD = 32
 
 
 def _warps_for(tile_elems: int) -> int:
@@ -94,18 +97,18 @@ def _warps_for(tile_elems: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def per_token_config(k: int) -> PerTokenConfig:
-    """The per-token launch config for rows of ``k`` elements (a heuristic, no tuning).
+    """The per-token launch config for rows of ``k`` elements (measured thresholds above).
 
-    * k <= 16384: one tile holds the row (block_k = next power of two >= k, at least 16);
+    * k <= 8192: one tile holds the row (block_k = next power of two >= k, at least 16);
       short rows are packed several per program so a program handles ~2048 elements.
-    * k > 16384: one row per program, streamed in 4096-wide tiles, twice.
-    Not measured on a GPU yet: the thresholds come from register budgets (see above).
+    * k > 8192: one row per program, streamed in 2048-wide tiles, twice (the second
+      read mostly hits L2).
     """
     if k <= PER_TOKEN_MAX_SINGLE_PASS_K:
         block_k = max(16, triton.next_power_of_2(k))
         rows = max(1, _TILE_ELEMS // block_k)
         return PerTokenConfig(block_k, rows, True, _warps_for(rows * block_k))
-    return PerTokenConfig(PER_TOKEN_STREAM_BLOCK_K, 1, False, _warps_for(PER_TOKEN_STREAM_BLOCK_K))
+    return PerTokenConfig(PER_TOKEN_STREAM_BLOCK_K, 1, False, PER_TOKEN_STREAM_WARPS)
 
 
 @dataclasses.dataclass(frozen=True)
