@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call: build w8a8._C, report, run the GPU tests, then the benchmarks given as arguments.
-#   bash benchmarks/gpu_session.sh [build|test|bench-kernel|bench-linear|...]
+# One device call: build w8a8._C (and report), run the GPU tests.
+#   bash benchmarks/gpu_session.sh build test        (or test-<file> for one test file)
 # Results and logs go to $OUT (the device tool brings them back).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

@@ -1,4 +1,4 @@
-"""Command line: ``python -m w8a8 info`` and ``python -m w8a8 demo``."""
+"""Command line: ``python -m w8a8 info``, ``demo`` and ``bench``."""
 from __future__ import annotations
 
 import argparse
@@ -43,8 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="quantize a small transformer-style model, compare and time it")
     demo.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     demo.add_argument("--repeats", type=int, default=5, help="timed forwards per model (median)")
+    bench = sub.add_parser("bench", help="benchmark against bf16 F.linear and torch._int_mm (see w8a8/bench)")
+    from w8a8.bench import add_arguments
+
+    add_arguments(bench)
     args = parser.parse_args(argv)
-    if args.command == "info":
+    if args.command == "bench":
+        from w8a8.bench import run
+
+        run(args)
+    elif args.command == "info":
         info()
     elif args.command == "demo":
         from w8a8 import demo as demo_mod

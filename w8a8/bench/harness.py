@@ -1,5 +1,9 @@
 """Shared benchmark harness: the grid, ceilings, CUDA-graph timing with rotated weights, result files.
 
+Used by ``python -m w8a8 bench`` and the scripts in ``benchmarks/``. On a CPU
+device (the CI smoke test) the same code runs with wall-clock timing and no
+ceilings; those numbers mean nothing beyond "the harness works".
+
 Method (docs/PERFORMANCE.md says the same):
   * every case is timed as CUDA-graph replays: one graph holds one call per weight
     set, the weight sets rotate so that their total exceeds 3x L2 (nothing is
@@ -10,13 +14,16 @@ Method (docs/PERFORMANCE.md says the same):
 """
 from __future__ import annotations
 
+import csv
 import dataclasses
 import datetime
+import os
 import json
 import math
 import platform
 import statistics
 import subprocess
+import time
 from typing import Callable
 
 import torch
@@ -33,14 +40,33 @@ class Timing:
     spread: float      # (p90 - p10) / median over replays
 
 
-def l2_bytes(device=None) -> int:
+def l2_bytes(device) -> int:
+    if torch.device(device).type != "cuda":
+        return 0
     props = torch.cuda.get_device_properties(device)
     return getattr(props, "L2_cache_size", 50 * 2**20)
 
 
-def rotation_count(bytes_per_set: int, device=None, cap: int = 64) -> int:
-    """Weight sets needed so that one pass touches more than 3x L2."""
+def rotation_count(bytes_per_set: int, device="cuda", cap: int = 64) -> int:
+    """Weight sets needed so that one pass touches more than 3x L2 (1 on the CPU)."""
     return max(1, min(cap, math.ceil(3 * l2_bytes(device) / max(bytes_per_set, 1)) + 1))
+
+
+def time_calls(calls: list[Callable[[], object]], device, replays: int = 20) -> Timing:
+    """CUDA-graph timing on a GPU; on the CPU, the median wall time per call after one warm-up."""
+    if torch.device(device).type == "cuda":
+        return time_graph(calls, replays)
+    for fn in calls:
+        fn()
+    times = []
+    for _ in range(max(3, replays // 4)):
+        t0 = time.perf_counter()
+        for fn in calls:
+            fn()
+        times.append((time.perf_counter() - t0) * 1e6 / len(calls))
+    times.sort()
+    med = statistics.median(times)
+    return Timing(med, (times[-1] - times[0]) / med)
 
 
 def time_graph(calls: list[Callable[[], object]], replays: int = 20) -> Timing:
@@ -73,12 +99,15 @@ def time_graph(calls: list[Callable[[], object]], replays: int = 20) -> Timing:
     return Timing(med, (p90 - p10) / med)
 
 
-def measure_ceilings(device=None) -> dict[str, float]:
+def measure_ceilings(device="cuda") -> dict[str, float]:
     """Measured in this run: HBM bandwidth, bf16 and int8 (cuBLAS) GEMM rates at 8192^3 on random data.
 
     HBM: the larger of a 2 GiB device copy (bytes read + written) and a 2 GiB
     read-only reduction; GEMV-like kernels are read-bound, so the read figure is the fair one.
+    Empty on the CPU (no ceilings: the rows then carry no '% of bound').
     """
+    if torch.device(device).type != "cuda":
+        return {}
     n_bytes = 2**31
     src = torch.empty(n_bytes, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
@@ -100,7 +129,10 @@ def measure_ceilings(device=None) -> dict[str, float]:
             "int8_practical_ops": 1450e12}
 
 
-def environment() -> dict[str, str]:
+def environment(device="cuda") -> dict[str, str]:
+    if torch.device(device).type != "cuda":
+        return {"device": "cpu", "torch": torch.__version__, "python": platform.python_version(),
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     import triton
 
     try:
@@ -131,31 +163,44 @@ def gemm_row(name: str, m: int, n: int, k: int, timing: Timing, bytes_moved: int
     """
     ops = 2 * m * n * k
     t = timing.us * 1e-6
-    compute_s = ops / ceilings[peak_key]
-    memory_s = bytes_moved / ceilings["hbm_bytes_per_s"]
-    floor_s = max(compute_s, memory_s)
+    if ceilings:
+        compute_s = ops / ceilings[peak_key]
+        memory_s = bytes_moved / ceilings["hbm_bytes_per_s"]
+        pct, bound = round(100 * max(compute_s, memory_s) / t, 1), "compute" if compute_s >= memory_s else "memory"
+    else:
+        pct, bound = None, None
     return {
         "impl": name, "M": m, "N": n, "K": k,
         "us": round(timing.us, 3), "spread": round(timing.spread, 4),
-        "tops": round(ops / t / 1e12, 1), "gbps": round(bytes_moved / t / 1e9, 1),
+        "tops": round(ops / t / 1e12, 3), "gbps": round(bytes_moved / t / 1e9, 1),
         "x_bf16": round(bf16_us / timing.us, 3) if bf16_us else None,
-        "pct_of_bound": round(100 * floor_s / t, 1),
-        "bound": "compute" if compute_s >= memory_s else "memory",
+        "pct_of_bound": pct,
+        "bound": bound,
     }
 
 
-def write_results(path: str, rows: list[dict], ceilings: dict, extra: dict | None = None) -> None:
-    doc = {"environment": environment(), "ceilings": ceilings, "rows": rows, **(extra or {})}
+def write_results(path: str, rows: list[dict], ceilings: dict, extra: dict | None = None, device="cuda") -> None:
+    """``path`` (JSON: environment, ceilings, rows) and the same rows as CSV beside it."""
+    doc = {"environment": environment(device), "ceilings": ceilings, "rows": rows, **(extra or {})}
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
+    write_csv(rows, os.path.splitext(path)[0] + ".csv")
+
+
+def write_csv(rows: list[dict], path: str) -> None:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
 
 
 def markdown_table(rows: list[dict]) -> str:
     head = "| M | N | K | impl | us | TOP/s | GB/s | x bf16 | % of bound |\n|---|---|---|---|---|---|---|---|---|"
     lines = [head]
     for r in rows:
-        lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {r['impl']} | {r['us']:.1f} | {r['tops']:.0f} | "
-                     f"{r['gbps']:.0f} | {r['x_bf16'] if r['x_bf16'] is not None else '-'} | {r['pct_of_bound']} |")
+        lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {r['impl']} | {r['us']:.1f} | {r['tops']:.1f} | "
+                     f"{r['gbps']:.0f} | {r['x_bf16'] if r['x_bf16'] is not None else '-'} | {r['pct_of_bound'] or '-'} |")
     return "\n".join(lines)
 
 

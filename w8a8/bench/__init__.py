@@ -1,0 +1,112 @@
+"""Benchmarks of w8a8 against bf16 and the other int8 paths: ``python -m w8a8 bench``.
+
+Two suites on one harness (``harness.py``): ``scaled_mm`` (the kernel, int8
+activations in) and ``linear`` (``W8A8Linear`` end to end, quantization
+included). Results go to ``OUT/<suite>_<tag>.json`` and ``.csv``;
+``python -m w8a8.bench.report`` turns committed results into docs/PERFORMANCE.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+SUITES = ("scaled_mm", "linear")
+
+
+def _shapes(text: str) -> list[tuple[int, int]]:
+    try:
+        return [tuple(int(v) for v in item.split("x")) for item in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NxK[,NxK...], got {text!r}") from None
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from w8a8.bench import harness
+
+    p.add_argument("--shapes", type=_shapes, default=harness.DEFAULT_NK, help="NxK,NxK,... (default: Llama-3 8B/70B)")
+    p.add_argument("--m", type=_ints, default=harness.DEFAULT_M, help="token counts M (default: 1,16,...,8192)")
+    p.add_argument("--backends", default=None,
+                   help="comma list of cutlass, triton, reference, int_mm (default: what runs on the device)")
+    p.add_argument("--suites", default=",".join(SUITES), help="scaled_mm, linear or both")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    p.add_argument("--config-ids", type=_ints, default=[-1], help="CUTLASS configs to time (-1: the heuristic)")
+    p.add_argument("--out", default=None, help="folder for <suite>_<tag>.json/.csv (default: print only)")
+    p.add_argument("--tag", default=None, help="file name tag (default: h100 / h200 / cpu ... from the device)")
+
+
+def _default_backends(device: torch.device) -> list[str]:
+    from w8a8 import backends
+
+    if device.type != "cuda":
+        return ["reference"]
+    return ["int_mm"] + [b for b in ("cutlass", "triton") if backends.unavailable_reason(b, device) is None]
+
+
+def _tag(device: torch.device) -> str:
+    if device.type != "cuda":
+        return "cpu"
+    name = torch.cuda.get_device_name(device).lower()
+    return next((t for t in ("h200", "h100", "a100", "l40", "l4") if t in name), "gpu")
+
+
+def run(args: argparse.Namespace) -> dict[str, list[dict]]:
+    """Run the requested suites; returns {suite: rows} and writes files when ``args.out`` is set."""
+    from tqdm.auto import tqdm
+
+    from w8a8 import backends as backends_mod
+    from w8a8.bench import harness, linear, scaled_mm
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    chosen = args.backends.split(",") if args.backends else _default_backends(device)
+    for b in chosen:
+        why = None if b == "int_mm" else backends_mod.unavailable_reason(b, device)
+        if why is not None:
+            raise SystemExit(f"w8a8 bench: backend {b!r} cannot run on {device}: {why}")
+    suites = args.suites.split(",")
+    unknown = set(suites) - set(SUITES)
+    if unknown:
+        raise SystemExit(f"w8a8 bench: unknown suites {sorted(unknown)}; expected {SUITES}")
+    ceilings = harness.measure_ceilings(device)
+    results = {}
+    for suite in suites:
+        cases = [(m, n, k) for (n, k) in args.shapes for m in args.m]
+        rows = []
+        for m, n, k in tqdm(cases, desc=f"w8a8 bench {suite}", file=sys.stdout, mininterval=5):
+            if suite == "scaled_mm":
+                rows += scaled_mm.bench_shape(m, n, k, chosen, ceilings, device, args.config_ids)
+            else:
+                rows += linear.bench_shape(m, n, k, [b for b in chosen if b != "int_mm"], ceilings, device)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        print(harness.markdown_table(rows))
+        for impl in sorted({r["impl"] for r in rows} - {"bf16 F.linear"}):
+            vals = [r["x_bf16"] for r in rows if r["impl"] == impl]
+            print(f"{suite}: {impl}: geomean x bf16 {harness.geomean(vals):.3f}, min {min(vals):.3f}")
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            path = os.path.join(args.out, f"{suite}_{args.tag or _tag(device)}.json")
+            harness.write_results(path, rows, ceilings, {"kind": suite}, device)
+            print(f"wrote {path} and .csv")
+        results[suite] = rows
+    return results
+
+
+def main(argv=None, suites: str | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m w8a8 bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    args = p.parse_args(argv)
+    if suites:
+        args.suites = suites
+    run(args)
+    return 0

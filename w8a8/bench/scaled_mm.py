@@ -1,0 +1,46 @@
+"""Kernel-level benchmark: scaled_mm backends against bf16 F.linear and torch._int_mm, same run.
+
+Activations are already int8 here (the kernel alone); ``w8a8.bench.linear`` times
+the module end to end, activation quantization included.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import w8a8
+from w8a8.bench import harness
+
+INT_MM = "int_mm"
+
+
+def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, device="cuda",
+                config_ids=(-1,)) -> list[dict]:
+    """Rows for one (M, N, K): bf16 F.linear first, then each requested implementation."""
+    n_sets = harness.rotation_count(2 * n * k, device)  # by the bf16 weights, the larger of the two
+    w_bf16 = [torch.randn(n, k, device=device, dtype=torch.bfloat16) * k**-0.5 for _ in range(n_sets)]
+    w_q = [torch.randint(-128, 128, (n, k), dtype=torch.int8, device=device) for _ in range(n_sets)]
+    w_s = [torch.rand(n, device=device) * 1e-3 + 1e-4 for _ in range(n_sets)]
+    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    a_q = torch.randint(-128, 128, (m, k), dtype=torch.int8, device=device)
+    a_s = torch.rand(m, 1, device=device) * 1e-2 + 1e-3
+    rows = []
+    bf16 = harness.time_calls([lambda i=i: F.linear(x, w_bf16[i]) for i in range(n_sets)], device)
+    rows.append(harness.gemm_row("bf16 F.linear", m, n, k, bf16, 2 * (m * k + n * k + m * n), ceilings, bf16.us,
+                                 peak_key="bf16_flops"))
+    int8_bytes = m * k + n * k + 2 * m * n + 4 * (m + n)
+    if INT_MM in backends and m > 16 and torch.device(device).type == "cuda":
+        t = harness.time_calls([lambda i=i: torch._int_mm(a_q, w_q[i].t()) for i in range(n_sets)], device)
+        rows.append(harness.gemm_row("torch._int_mm (int32 out, no dequant)", m, n, k, t,
+                                     m * k + n * k + 4 * m * n, ceilings, bf16.us))
+    for backend in (b for b in backends if b != INT_MM):
+        for cid in config_ids if backend == "cutlass" else (-1,):
+            if cid == -1:
+                fn = lambda i, b=backend: w8a8.scaled_mm(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16, backend=b)
+                name = f"w8a8 {backend}"
+            else:
+                fn = lambda i, c=cid: torch.ops.w8a8.scaled_mm_cutlass(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16, c)
+                name = f"w8a8 cutlass config {cid}"
+            t = harness.time_calls([lambda i=i, f=fn: f(i) for i in range(n_sets)], device)
+            rows.append(harness.gemm_row(name, m, n, k, t, int8_bytes, ceilings, bf16.us))
+    return rows
