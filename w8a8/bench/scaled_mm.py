@@ -11,7 +11,23 @@ import torch.nn.functional as F
 import w8a8
 from w8a8.bench import harness
 
-INT_MM = "int_mm"
+INT_MM = "int_mm"  # torch._int_mm alone (cuBLASLt, int32 out), and with an fp32 dequant in eager and compiled
+PEERS = (INT_MM,)
+
+
+def _int_mm_dequant(a, w, a_scale, w_scale):
+    """The plain-torch W8A8 GEMM users write today: cuBLAS int8, then dequantize."""
+    return (torch._int_mm(a, w.t()).float() * a_scale * w_scale.reshape(1, -1)).to(torch.bfloat16)
+
+
+_compiled = {}
+
+
+def _int_mm_dequant_compiled():
+    # One dynamic-shape compile serves the whole grid (a static one would recompile per shape).
+    if "fn" not in _compiled:
+        _compiled["fn"] = torch.compile(_int_mm_dequant, dynamic=True)
+    return _compiled["fn"]
 
 
 def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, device="cuda",
@@ -33,7 +49,10 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, dev
         t = harness.time_calls([lambda i=i: torch._int_mm(a_q, w_q[i].t()) for i in range(n_sets)], device)
         rows.append(harness.gemm_row("torch._int_mm (int32 out, no dequant)", m, n, k, t,
                                      m * k + n * k + 4 * m * n, ceilings, bf16.us))
-    for backend in (b for b in backends if b != INT_MM):
+        for name, fn in (("eager", _int_mm_dequant), ("compiled", _int_mm_dequant_compiled())):
+            t = harness.time_calls([lambda i=i, f=fn: f(a_q, w_q[i], a_s, w_s[i]) for i in range(n_sets)], device)
+            rows.append(harness.gemm_row(f"torch._int_mm + dequant ({name})", m, n, k, t, int8_bytes, ceilings, bf16.us))
+    for backend in (b for b in backends if b not in PEERS):
         for cid in config_ids if backend == "cutlass" else (-1,):
             if cid == -1:
                 fn = lambda i, b=backend: w8a8.scaled_mm(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16, backend=b)
