@@ -86,7 +86,7 @@ def _best(device_type: str, device_index: int | None, family: str) -> str:
     for backend in _PREFERENCE[family]:
         reason = unavailable_reason(backend, device, "scaled_mm" if family == "scaled_mm" else "quantize")
         if reason is None:
-            if skipped and device_type == "cuda":
+            if skipped:
                 _warn_once(family, f"w8a8.{family}: using the {backend!r} backend on {device}: " + "; ".join(skipped))
             return backend
         skipped.append(f"{backend!r} unavailable: {reason}")
@@ -123,7 +123,7 @@ def report() -> dict[str, dict[str, str]]:
         out[str(dev)] = {
             f"{op}/{b}": (unavailable_reason(b, dev, op) or "available")
             for op in ("scaled_mm", "quantize")
-            for b in _PREFERENCE[op if op == "scaled_mm" else "quantize"]
+            for b in _PREFERENCE[op]
         }
     return out
 
