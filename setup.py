@@ -86,7 +86,11 @@ setup(
     packages=find_packages(include=["w8a8", "w8a8.*"]),
     python_requires=">=3.10",
     install_requires=["torch>=2.4", "triton", "nvidia-cutlass", "safetensors", "ninja", "tqdm"],
-    extras_require={"test": ["pytest", "numpy"]},
+    extras_require={
+        "hf": ["transformers"],
+        # compressed-tensors: the tests check our checkpoints against the library that defines the format.
+        "test": ["pytest", "numpy", "transformers", "compressed-tensors==0.20.0"],
+    },
     ext_modules=[ext] if ext is not None else [],
     cmdclass={"build_ext": build_ext} if build_ext is not None else {},
     zip_safe=False,

@@ -1,4 +1,4 @@
-"""Command line: ``python -m w8a8 info``, ``demo`` and ``bench``."""
+"""Command line: ``python -m w8a8 info``, ``demo``, ``bench`` and ``quantize``."""
 from __future__ import annotations
 
 import argparse
@@ -47,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     from w8a8.bench import add_arguments
 
     add_arguments(bench)
+    quant = sub.add_parser("quantize", help="a float safetensors model folder in, a compressed-tensors int8 folder out")
+    quant.add_argument("src", help="float model folder (config.json + *.safetensors)")
+    quant.add_argument("out", help="output folder")
+    quant.add_argument("--act", choices=("dynamic", "static"), default="dynamic", help="activation quantization")
+    quant.add_argument("--skip", nargs="*", default=["lm_head"], help="layer names or globs kept in float")
+    quant.add_argument("--calib-batches", type=int, default=8, help="static: batches of random token ids")
     args = parser.parse_args(argv)
     if args.command == "bench":
         from w8a8.bench import run
@@ -54,6 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         run(args)
     elif args.command == "info":
         info()
+    elif args.command == "quantize":
+        from w8a8.checkpoint.convert import quantize_folder
+
+        report = quantize_folder(args.src, args.out, args.act, tuple(args.skip), args.calib_batches)
+        for name, db in report.sqnr_db.items():
+            print(f"  {name:50s} weight SQNR {db:6.1f} dB")
+        print(report.summary())
+        print(f"wrote {args.out}")
     elif args.command == "demo":
         from w8a8 import demo as demo_mod
 

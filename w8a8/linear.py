@@ -17,7 +17,19 @@ class W8A8Linear(nn.Module):
     weight : int8 [out_features, in_features]
     weight_scale : float32 [out_features]
     input_scale : float32 [1], only with ``act_quant="static"``
+    input_zero_point : int8 [1], only with ``act_quant="static"`` and
+        ``input_zero_point=True`` (asymmetric activations, e.g. from a checkpoint)
     bias : [out_features] in the layer's float dtype, or None
+
+    With an input zero point ``zp``, activations quantize as
+    ``q = clamp(rint(x / s) + zp)`` and the zero point folds exactly into a
+    per-channel bias term::
+
+        out = s * w_scale * ((q - zp) @ W^T) + bias
+            = s * w_scale * (q @ W^T) + (bias - s * w_scale * zp * rowsum(W))
+
+    (fp32; the correction is recomputed from the buffers in every forward, an
+    int8 [N, K] row sum, so it always agrees with them).
 
     ``act_quant="dynamic"`` quantizes each token (row) with its own scale at run
     time; ``"static"`` uses the calibrated per-tensor ``input_scale``. forward
@@ -35,10 +47,13 @@ class W8A8Linear(nn.Module):
         backend: str | None = None,
         device=None,
         dtype: torch.dtype | None = None,
+        input_zero_point: bool = False,
     ) -> None:
         super().__init__()
         if act_quant not in ACT_QUANT_MODES:
             raise ValueError(f"W8A8Linear: act_quant must be one of {ACT_QUANT_MODES}, got {act_quant!r}")
+        if input_zero_point and act_quant != "static":
+            raise ValueError(f"W8A8Linear: input_zero_point needs act_quant='static', got {act_quant!r}")
         self.in_features = in_features
         self.out_features = out_features
         self.act_quant = act_quant
@@ -49,6 +64,10 @@ class W8A8Linear(nn.Module):
             self.register_buffer("input_scale", torch.ones(1, dtype=torch.float32, device=device))
         else:
             self.input_scale = None
+        if input_zero_point:
+            self.register_buffer("input_zero_point", torch.zeros(1, dtype=torch.int8, device=device))
+        else:
+            self.input_zero_point = None
         if bias:
             bias_dtype = dtype if dtype is not None else torch.get_default_dtype()
             self.register_buffer("bias", torch.zeros(out_features, dtype=bias_dtype, device=device))
@@ -103,10 +122,19 @@ class W8A8Linear(nn.Module):
         if self.act_quant == "dynamic":
             q, a_scale = ops.quantize_per_token(x2, backend=self._quant_backend())
         else:
-            q = ops.quantize_static(x2, self.input_scale, backend=self._quant_backend())
+            q = ops.quantize_static(x2, self.input_scale, self.input_zero_point, backend=self._quant_backend())
             a_scale = self.input_scale
-        out = ops.scaled_mm(q, self.weight, a_scale, self.weight_scale, self.bias, x.dtype, backend=self.backend)
+        out = ops.scaled_mm(q, self.weight, a_scale, self.weight_scale, self.folded_bias(), x.dtype, backend=self.backend)
         return out.reshape(*x.shape[:-1], self.out_features)
+
+    def folded_bias(self) -> torch.Tensor | None:
+        """The bias the epilogue adds: ``bias``, or with an input zero point the fp32
+        ``bias - input_scale * weight_scale * zp * rowsum(weight)`` (see the class docstring)."""
+        if self.input_zero_point is None:
+            return self.bias
+        rowsum = self.weight.sum(dim=1, dtype=torch.int32).float()
+        corr = self.input_scale * self.weight_scale * (self.input_zero_point.float() * rowsum)
+        return -corr if self.bias is None else self.bias.float() - corr
 
     def _quant_backend(self) -> str | None:
         # Quantization has no CUTLASS kernel; its default is the fastest available.
@@ -120,4 +148,5 @@ class W8A8Linear(nn.Module):
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, act_quant={self.act_quant!r}, backend={self.backend!r}"
+            + (", input_zero_point=True" if self.input_zero_point is not None else "")
         )

@@ -1,0 +1,270 @@
+"""load_quantized: swap the Linears a compressed-tensors checkpoint names and load it, all or nothing.
+
+Order of work, so that a bad file leaves the model as it was:
+``plan`` (which Linears, which scheme) -> ``expected`` (every tensor's dtype
+and shape) -> ``check`` (presence, unexpected keys, dtypes, shapes, scales
+finite and > 0) -> ``convert`` (memory-mapped tensors, scales to fp32) ->
+only then swap the modules and ``load_state_dict(assign=True)``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import torch
+from torch import nn
+
+from w8a8.checkpoint.format import CheckpointConfig, LayerScheme, parse_config
+from w8a8.checkpoint.safetensors_io import CheckpointError, MappedFile, TensorInfo, read_header
+from w8a8.linear import W8A8Linear
+
+INDEX_NAME = "model.safetensors.index.json"
+_FN = "w8a8.load_quantized"
+
+
+def read_config(ckpt_dir: str) -> dict:
+    path = os.path.join(ckpt_dir, "config.json")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{_FN}: {ckpt_dir} has no config.json")
+    with open(path) as f:
+        return json.load(f)
+
+
+def checkpoint_files(ckpt_dir: str) -> list[str]:
+    """The safetensors files of a folder: those of its index, else all ``*.safetensors``."""
+    index = os.path.join(ckpt_dir, INDEX_NAME)
+    if os.path.isfile(index):
+        with open(index) as f:
+            names = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        names = sorted(n for n in os.listdir(ckpt_dir) if n.endswith(".safetensors"))
+    if not names:
+        found = [n for n in os.listdir(ckpt_dir) if n.endswith((".bin", ".pt", ".pth"))]
+        raise CheckpointError(
+            f"{_FN}: {ckpt_dir} holds no .safetensors files"
+            + (f" (found {found}: pickle files are never loaded)" if found else "")
+        )
+    paths = [os.path.join(ckpt_dir, n) for n in names]
+    for p in paths:
+        if not os.path.isfile(p):
+            raise CheckpointError(f"{_FN}: {INDEX_NAME} names {p}, which does not exist")
+    return paths
+
+
+def read_headers(paths: list[str]) -> dict[str, TensorInfo]:
+    infos: dict[str, TensorInfo] = {}
+    for path in paths:
+        for name, info in read_header(path).items():
+            if name in infos:
+                raise CheckpointError(f"{_FN}: tensor {name!r} is in both {infos[name].path} and {path}")
+            infos[name] = info
+    return infos
+
+
+def plan(model: nn.Module, config: CheckpointConfig) -> dict[str, LayerScheme]:
+    """Layer name -> scheme for every Linear the config quantizes (errors name unsupported schemes)."""
+    out = {}
+    for name, module in model.named_modules():
+        scheme = config.scheme_for(name, module)
+        if scheme is not None:
+            out[name] = scheme
+    if not out:
+        raise CheckpointError(f"{_FN}: no Linear of the model matches the checkpoint's targets {[g.targets for g in config.groups]}")
+    return out
+
+
+class _Spec:
+    """What one tensor must be.
+
+    kind : ``"int8"`` (weights), ``"scale"`` (any float dtype, upcast to fp32),
+        ``"zero_point"`` (int8 or int32, kept int8), ``"zero"`` (optional: a
+        zero point of a symmetric scheme, which older files hold; must be all
+        zeros and is dropped), ``"float"`` (any float dtype,
+        cast to ``dtype``) or ``"exact"`` (exactly ``dtype``: integer buffers).
+    shapes : the shapes accepted.
+    """
+
+    def __init__(self, kind, shapes, dtype=None):
+        self.kind, self.shapes, self.dtype = kind, shapes, dtype
+
+
+def _layer_specs(prefix: str, linear: nn.Linear, scheme: LayerScheme, dtype) -> dict[str, _Spec]:
+    n, k = linear.out_features, linear.in_features
+    scale_shapes = [(n, 1), (n,)] if scheme.weight_strategy == "channel" else [(1,), ()]
+    specs = {f"{prefix}weight": _Spec("int8", [(n, k)]), f"{prefix}weight_scale": _Spec("scale", scale_shapes)}
+    if scheme.act_quant == "static":
+        specs[f"{prefix}input_scale"] = _Spec("scale", [(1,), ()])
+    if scheme.input_zero_point:
+        specs[f"{prefix}input_zero_point"] = _Spec("zero_point", [(1,), ()])
+    elif scheme.act_quant == "static":
+        specs[f"{prefix}input_zero_point"] = _Spec("zero", [(1,), ()])
+    specs[f"{prefix}weight_zero_point"] = _Spec("zero", scale_shapes)
+    if linear.bias is not None:
+        specs[f"{prefix}bias"] = _Spec("float", [(n,)], dtype or linear.bias.dtype)
+    return specs
+
+
+def expected_tensors(model: nn.Module, layers: dict[str, LayerScheme], dtype=None):
+    """(name -> _Spec, alias groups): every tensor the checkpoint must hold once the layers are swapped."""
+    specs: dict[str, _Spec] = {}
+    by_id: dict[int, list[str]] = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        prefix, _, _ = name.rpartition(".")
+        if prefix in layers:
+            continue
+        by_id.setdefault(id(t), []).append(name)
+        if t.dtype.is_floating_point:
+            specs[name] = _Spec("float", [tuple(t.shape)], dtype or t.dtype)
+        else:
+            specs[name] = _Spec("exact", [tuple(t.shape)], t.dtype)
+    for lname, scheme in layers.items():
+        specs.update(_layer_specs(lname + ".", model.get_submodule(lname), scheme, dtype))
+    return specs, [names for names in by_id.values() if len(names) > 1]
+
+
+def check(infos: dict[str, TensorInfo], specs: dict[str, _Spec], aliases, strict: bool) -> None:
+    """Presence, unexpected keys, dtype and shape of every tensor; raises CheckpointError listing all problems."""
+    aliased = {n: group for group in aliases for n in group}
+    problems = []
+    missing = [
+        n for n, spec in specs.items()
+        if spec.kind != "zero" and n not in infos and not any(a in infos for a in aliased.get(n, ()))
+    ]
+    if missing:
+        problems.append(f"missing {len(missing)} tensors: {missing[:8]}" + (" ..." if len(missing) > 8 else ""))
+    unexpected = sorted(set(infos) - set(specs))
+    if unexpected:
+        msg = f"unexpected {len(unexpected)} tensors: {unexpected[:8]}" + (" ..." if len(unexpected) > 8 else "")
+        if strict:
+            problems.append(msg + " (strict=False ignores them)")
+        else:
+            warnings.warn(f"{_FN}: {msg}", stacklevel=3)
+    for name, spec in specs.items():
+        info = infos.get(name)
+        if info is None:
+            continue
+        ok_dtype = {
+            "int8": info.dtype == torch.int8,
+            "zero_point": info.dtype in (torch.int8, torch.int32),
+            "zero": info.dtype in (torch.int8, torch.int32),
+            "scale": info.dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64),
+            "float": info.dtype.is_floating_point,
+            "exact": info.dtype == spec.dtype,
+        }[spec.kind]
+        if not ok_dtype:
+            want = {"int8": "int8", "zero_point": "int8", "zero": "int8", "scale": "a float dtype", "float": "a float dtype"}.get(
+                spec.kind, str(spec.dtype)
+            )
+            problems.append(f"{name}: expected dtype {want}, got {info.dtype}")
+        if info.shape not in spec.shapes:
+            problems.append(f"{name}: expected shape {' or '.join(str(list(s)) for s in spec.shapes)}, got {list(info.shape)}")
+    if problems:
+        raise CheckpointError(f"{_FN}: checkpoint does not match the model:\n  " + "\n  ".join(problems))
+
+
+def check_scales(name: str, t: torch.Tensor) -> None:
+    bad = ~(torch.isfinite(t.float()) & (t.float() > 0))
+    if bad.any():
+        i = int(bad.reshape(-1).nonzero()[0])
+        raise CheckpointError(
+            f"{_FN}: {name} must be finite and > 0; {int(bad.sum())} of {t.numel()} are not "
+            f"(first at flat index {i}: {t.reshape(-1)[i].item()})"
+        )
+
+
+def load_quantized(
+    model: nn.Module,
+    ckpt_dir: str,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    strict: bool = True,
+    progress: bool = False,
+) -> nn.Module:
+    """Load a compressed-tensors int8 checkpoint into a float model, swapping its Linears, in place.
+
+    Parameters
+    ----------
+    model : any float model (real or meta tensors); the Linears that the
+        checkpoint's ``config_groups`` target (and ``ignore`` spares) become
+        ``W8A8Linear``.
+    ckpt_dir : a folder with ``config.json`` and ``*.safetensors`` (an index for shards).
+    device : where tensors go (None: stay memory-mapped on the CPU).
+    dtype : float dtype for the float tensors and biases (None: the model's).
+    strict : unexpected checkpoint tensors are an error (False: a warning).
+    progress : a tqdm bar over the tensors.
+
+    Returns
+    -------
+    The model. ``W8A8Linear`` buffers: ``weight`` int8 [N, K] as stored (bit for
+    bit); ``weight_scale`` fp32 [N] (a per-tensor [1] scale expanded);
+    ``input_scale`` fp32 [1]; ``input_zero_point`` int8 [1].
+
+    Raises
+    ------
+    CheckpointError (a ValueError) before anything in the model changes: no
+    config or safetensors, unsupported scheme (names the layer), missing,
+    unexpected, wrong-dtype or wrong-shape tensors, scales not finite and > 0,
+    truncated files.
+    """
+    from tqdm.auto import tqdm
+
+    config = parse_config(read_config(ckpt_dir), os.path.join(ckpt_dir, "config.json"))
+    infos = read_headers(checkpoint_files(ckpt_dir))
+    layers = plan(model, config)
+    specs, aliases = expected_tensors(model, layers, dtype)
+    check(infos, specs, aliases, strict)
+    persistent = set(model.state_dict(keep_vars=True))
+    for name, buf in model.named_buffers():
+        if buf.is_meta and name not in persistent and name.rpartition(".")[0] not in layers:
+            raise CheckpointError(f"{_FN}: non-persistent buffer {name!r} is on the meta device; no checkpoint can fill it")
+
+    files = {path: MappedFile(path) for path in {infos[n].path for n in specs if n in infos}}
+    state: dict[str, torch.Tensor] = {}
+    for name in tqdm([n for n in specs if n in infos], desc="w8a8: loading", unit="tensor", disable=not progress):
+        spec, info = specs[name], infos[name]
+        t = files[info.path].tensor(info)
+        if spec.kind == "scale":
+            check_scales(name, t)
+            t = t.float().reshape(-1)
+        elif spec.kind == "zero_point":
+            if t.dtype != torch.int8:
+                if (t < -128).any() or (t > 127).any():
+                    raise CheckpointError(f"{_FN}: {name} = {t.tolist()} is outside int8")
+                t = t.to(torch.int8)
+            t = t.reshape(1)
+        elif spec.kind == "zero":
+            if t.any():
+                raise CheckpointError(f"{_FN}: {name} is nonzero, but its group's scheme is symmetric")
+            continue
+        elif spec.kind == "float" and t.dtype != spec.dtype:
+            t = t.to(spec.dtype)
+        state[name] = t if device is None else t.to(device)
+    for lname, scheme in layers.items():
+        n = model.get_submodule(lname).out_features
+        key = f"{lname}.weight_scale"
+        if state[key].numel() == 1 and n != 1:
+            state[key] = state[key].expand(n).contiguous()
+    for group in aliases:
+        present = next(n for n in group if n in state)
+        for n in group:
+            state.setdefault(n, state[present])
+
+    # Nothing above touched the model; from here on nothing can fail on the checkpoint's account.
+    for lname, scheme in layers.items():
+        parent_name, _, child = lname.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        linear = getattr(parent, child)
+        bias = state.get(f"{lname}.bias")
+        with torch.device("meta"):
+            layer = W8A8Linear(
+                linear.in_features,
+                linear.out_features,
+                bias=linear.bias is not None,
+                act_quant=scheme.act_quant,
+                dtype=bias.dtype if bias is not None else None,
+                input_zero_point=scheme.input_zero_point,
+            )
+        setattr(parent, child, layer)
+    model.load_state_dict(state, strict=True, assign=True)
+    return model
