@@ -9,8 +9,12 @@ before quantization: for a norm feeding Linears, per input channel ``j``::
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
+
+from w8a8 import reference
 
 from w8a8.quantize_model import _matches
 
@@ -98,6 +102,33 @@ def llama_mappings(model: nn.Module) -> dict[str, list[str]]:
     return out
 
 
+@dataclasses.dataclass
+class SmoothReport:
+    """What ``smooth`` did: the factors per norm, and per Linear the relative L2 error of
+    a static W8A8 simulation (per-tensor activation scale, per-channel weights; the exact
+    reference quantizers) on the first calibration batch, before and after smoothing."""
+
+    factors: dict[str, torch.Tensor]
+    error_before: dict[str, float]
+    error_after: dict[str, float]
+
+    def summary(self) -> str:
+        lines = ["SmoothQuant: static W8A8 relative error on the first calibration batch (before -> after)"]
+        lines += [f"  {n}: {self.error_before[n]:.4f} -> {self.error_after[n]:.4f}" for n in self.error_before]
+        return "\n".join(lines)
+
+
+def _static_w8a8_error(x: torch.Tensor, w: torch.Tensor) -> float:
+    """||Q(x) Q(W)^T - x W^T|| / ||x W^T|| with the reference per-tensor / per-channel quantizers."""
+    x, w = x.float(), w.float()
+    ref = x @ w.t()
+    x_scale = (x.abs().amax() / reference.SYMMETRIC_QMAX).reshape(1)
+    xq = reference.quantize_static(x, x_scale).float() * x_scale
+    wq, w_scale = reference.quantize_weight_per_channel(w)
+    out = xq @ (wq.float() * w_scale[:, None]).t()
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
 @torch.no_grad()
 def smooth(
     model: nn.Module,
@@ -120,16 +151,21 @@ def smooth(
 
     Returns
     -------
-    Norm name -> smoothing factors ``s``, float32 [K]. Calibrate the input
-    scales after smoothing (``calibrate``), then ``quantize_model``.
+    SmoothReport: ``factors`` (norm name -> smoothing factors ``s``, float32 [K])
+    and each Linear's static W8A8 error before and after (``summary()`` prints
+    them). Calibrate the input scales after smoothing (``calibrate``), then
+    ``quantize_model``.
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"w8a8.smooth: alpha must be in [0, 1], got {alpha}")
+    batches = list(batches)  # read twice: the statistics, then the first batch for the report
     linears = [n for targets in mappings.values() for n in targets]
     for n in linears:
         if not isinstance(model.get_submodule(n), nn.Linear):
             raise ValueError(f"w8a8.smooth: {n!r} is a {type(model.get_submodule(n)).__name__}, expected nn.Linear")
     act = _record(model, linears, batches, lambda x: x.reshape(-1, x.shape[-1]).abs().amax(0), progress, "w8a8: smoothing")
+    first = _first_inputs(model, linears, batches)
+    before = {t: _static_w8a8_error(first[t], model.get_submodule(t).weight) for t in linears if t in first}
     factors = {}
     for norm_name, targets in mappings.items():
         norm = model.get_submodule(norm_name)
@@ -147,4 +183,31 @@ def smooth(
             lin = model.get_submodule(t)
             lin.weight.mul_(s.to(lin.weight.dtype))
         factors[norm_name] = s
-    return factors
+    # The smoothed Linear sees x / s: its first-batch input after smoothing.
+    scale_of = {t: factors[n] for n, targets in mappings.items() for t in targets}
+    after = {t: _static_w8a8_error(first[t] / scale_of[t], model.get_submodule(t).weight) for t in before}
+    report = SmoothReport(factors, before, after)
+    if progress:
+        print(report.summary())
+    return report
+
+
+def _first_inputs(model: nn.Module, names, batches) -> dict[str, torch.Tensor]:
+    """Each named module's input on the first batch, as [tokens, K] (empty if there is no batch)."""
+    if not batches:
+        return {}
+    seen: dict[str, torch.Tensor] = {}
+
+    def hook(name):
+        def record(module, args):
+            seen.setdefault(name, args[0].detach().reshape(-1, args[0].shape[-1]).clone())
+
+        return record
+
+    handles = [model.get_submodule(n).register_forward_pre_hook(hook(n)) for n in names]
+    try:
+        _run(model, batches[0])
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
