@@ -89,7 +89,7 @@ setup(
     extras_require={
         "hf": ["transformers"],
         # compressed-tensors: the tests check our checkpoints against the library that defines the format.
-        "test": ["pytest", "numpy", "transformers", "compressed-tensors==0.20.0"],
+        "test": ["pytest", "numpy", "hypothesis", "transformers", "compressed-tensors==0.20.0"],
     },
     ext_modules=[ext] if ext is not None else [],
     cmdclass={"build_ext": build_ext} if build_ext is not None else {},
