@@ -34,3 +34,19 @@ def test_fullgraph_compile_matches_eager(device, act_quant):
     for m in (3, 17, 100):
         x = torch.randn(m, 64, device=device)
         assert torch.equal(compiled(x), layer(x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dynamic,max_compiles", [(True, 1), (None, 2)])
+def test_batch_dimension_does_not_recompile_per_m(device, dynamic, max_compiles):
+    """dynamic=True: one graph for every M; the default: one static graph, then one dynamic graph."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    model = _model(device)
+    compiled = torch.compile(model, backend=counter, fullgraph=True, dynamic=dynamic)
+    for m in (3, 17, 100, 1000, 5):
+        x = torch.randn(m, 64, device=device)
+        assert torch.equal(compiled(x), model(x))
+    assert counter.frame_count <= max_compiles, counter.frame_count

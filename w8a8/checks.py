@@ -21,31 +21,33 @@ def _fail(op: str, what: str) -> None:
     raise ValueError(f"w8a8.{op}: {what}")
 
 
-def _check(cond: bool, op: str, what: str) -> None:
+def _check(cond: bool, op: str, what) -> None:
+    """``what`` is a callable building the message only on failure: formatting a symbolic
+    size eagerly would make torch.compile specialize on it (one graph per M)."""
     if not cond:
-        _fail(op, what)
+        _fail(op, what())
 
 
 def check_quantize_input(op: str, x: torch.Tensor) -> None:
-    _check(isinstance(x, torch.Tensor), op, f"x must be a tensor, got {type(x).__name__}")
-    _check(x.dtype in FLOAT_DTYPES, op, f"x must be one of {FLOAT_DTYPES}, got {x.dtype}")
-    _check(x.dim() >= 1, op, f"x must have at least 1 dimension [..., K], got shape {tuple(x.shape)}")
+    _check(isinstance(x, torch.Tensor), op, lambda: f"x must be a tensor, got {type(x).__name__}")
+    _check(x.dtype in FLOAT_DTYPES, op, lambda: f"x must be one of {FLOAT_DTYPES}, got {x.dtype}")
+    _check(x.dim() >= 1, op, lambda: f"x must have at least 1 dimension [..., K], got shape {tuple(x.shape)}")
 
 
 def check_quantize_static(x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None) -> None:
     op = "quantize_static"
     check_quantize_input(op, x)
-    _check(scale.dtype == torch.float32, op, f"scale must be float32, got {scale.dtype}")
-    _check(scale.numel() == 1, op, f"scale must hold one value (shape [1]), got shape {tuple(scale.shape)}")
-    _check(scale.device == x.device, op, f"scale must be on {x.device} like x, got {scale.device}")
+    _check(scale.dtype == torch.float32, op, lambda: f"scale must be float32, got {scale.dtype}")
+    _check(scale.numel() == 1, op, lambda: f"scale must hold one value (shape [1]), got shape {tuple(scale.shape)}")
+    _check(scale.device == x.device, op, lambda: f"scale must be on {x.device} like x, got {scale.device}")
     if zero_point is not None:
         _check(
             zero_point.dtype in (torch.int8, torch.int32),
             op,
-            f"zero_point must be int8 or int32, got {zero_point.dtype}",
+            lambda: f"zero_point must be int8 or int32, got {zero_point.dtype}",
         )
-        _check(zero_point.numel() == 1, op, f"zero_point must hold one value, got shape {tuple(zero_point.shape)}")
-        _check(zero_point.device == x.device, op, f"zero_point must be on {x.device} like x, got {zero_point.device}")
+        _check(zero_point.numel() == 1, op, lambda: f"zero_point must hold one value, got shape {tuple(zero_point.shape)}")
+        _check(zero_point.device == x.device, op, lambda: f"zero_point must be on {x.device} like x, got {zero_point.device}")
 
 
 def check_scaled_mm(
@@ -59,42 +61,42 @@ def check_scaled_mm(
 ) -> None:
     op = "scaled_mm"
     for name, t in (("a", a), ("b", b), ("a_scale", a_scale), ("b_scale", b_scale)):
-        _check(isinstance(t, torch.Tensor), op, f"{name} must be a tensor, got {type(t).__name__}")
-    _check(a.dtype == torch.int8, op, f"a must be int8, got {a.dtype}")
-    _check(b.dtype == torch.int8, op, f"b must be int8, got {b.dtype}")
-    _check(a.dim() == 2, op, f"a must be 2-D [M, K], got shape {tuple(a.shape)}")
-    _check(b.dim() == 2, op, f"b must be 2-D [N, K] (the nn.Linear weight layout), got shape {tuple(b.shape)}")
+        _check(isinstance(t, torch.Tensor), op, lambda: f"{name} must be a tensor, got {type(t).__name__}")
+    _check(a.dtype == torch.int8, op, lambda: f"a must be int8, got {a.dtype}")
+    _check(b.dtype == torch.int8, op, lambda: f"b must be int8, got {b.dtype}")
+    _check(a.dim() == 2, op, lambda: f"a must be 2-D [M, K], got shape {tuple(a.shape)}")
+    _check(b.dim() == 2, op, lambda: f"b must be 2-D [N, K] (the nn.Linear weight layout), got shape {tuple(b.shape)}")
     m, k = a.shape
     n = b.shape[0]
-    _check(b.shape[1] == k, op, f"b must be [N, K] with K = {k} (a is {tuple(a.shape)}), got {tuple(b.shape)}")
+    _check(b.shape[1] == k, op, lambda: f"b must be [N, K] with K = {k} (a is {tuple(a.shape)}), got {tuple(b.shape)}")
     _check(
         out_dtype in OUT_DTYPES,
         op,
-        f"out_dtype must be one of {OUT_DTYPES}, got {out_dtype}",
+        lambda: f"out_dtype must be one of {OUT_DTYPES}, got {out_dtype}",
     )
-    _check(a_scale.dtype == torch.float32, op, f"a_scale must be float32, got {a_scale.dtype}")
-    _check(b_scale.dtype == torch.float32, op, f"b_scale must be float32, got {b_scale.dtype}")
+    _check(a_scale.dtype == torch.float32, op, lambda: f"a_scale must be float32, got {a_scale.dtype}")
+    _check(b_scale.dtype == torch.float32, op, lambda: f"b_scale must be float32, got {b_scale.dtype}")
     _check(
         tuple(a_scale.shape) in ((m, 1), (1,), (1, 1)),
         op,
-        f"a_scale must be [M, 1] = [{m}, 1] (per token) or [1] (per tensor), got {tuple(a_scale.shape)}",
+        lambda: f"a_scale must be [M, 1] = [{m}, 1] (per token) or [1] (per tensor), got {tuple(a_scale.shape)}",
     )
     _check(
         tuple(b_scale.shape) in ((n,), (n, 1), (1,), (1, 1)),
         op,
-        f"b_scale must be [N] = [{n}], [N, 1] or [1], got {tuple(b_scale.shape)}",
+        lambda: f"b_scale must be [N] = [{n}], [N, 1] or [1], got {tuple(b_scale.shape)}",
     )
     tensors = [("b", b), ("a_scale", a_scale), ("b_scale", b_scale)]
     if bias is not None:
         _check(
             bias.dtype in (torch.float32, out_dtype),
             op,
-            f"bias must be float32 or out_dtype ({out_dtype}), got {bias.dtype}",
+            lambda: f"bias must be float32 or out_dtype ({out_dtype}), got {bias.dtype}",
         )
-        _check(tuple(bias.shape) == (n,), op, f"bias must be [N] = [{n}], got {tuple(bias.shape)}")
+        _check(tuple(bias.shape) == (n,), op, lambda: f"bias must be [N] = [{n}], got {tuple(bias.shape)}")
         tensors.append(("bias", bias))
     for name, t in tensors:
-        _check(t.device == a.device, op, f"{name} must be on {a.device} like a, got {t.device}")
+        _check(t.device == a.device, op, lambda: f"{name} must be on {a.device} like a, got {t.device}")
     if backend == "reference":
         return
     # Kernel backends read rows with unit inner stride; outer strides are honoured.
@@ -102,28 +104,28 @@ def check_scaled_mm(
         _check(
             t.stride(1) == 1 or t.shape[1] <= 1,
             op,
-            f"backend={backend!r} needs {name} with unit stride along K, got strides {tuple(t.stride())}; "
+            lambda: f"backend={backend!r} needs {name} with unit stride along K, got strides {tuple(t.stride())}; "
             "call .contiguous() first",
         )
     for name, t in (("a_scale", a_scale), ("b_scale", b_scale)):
-        _check(t.is_contiguous(), op, f"backend={backend!r} needs a contiguous {name}, got strides {tuple(t.stride())}")
+        _check(t.is_contiguous(), op, lambda: f"backend={backend!r} needs a contiguous {name}, got strides {tuple(t.stride())}")
     if bias is not None:
-        _check(bias.is_contiguous(), op, f"backend={backend!r} needs a contiguous bias, got strides {tuple(bias.stride())}")
+        _check(bias.is_contiguous(), op, lambda: f"backend={backend!r} needs a contiguous bias, got strides {tuple(bias.stride())}")
     if backend == "cutlass":
         _check(
             out_dtype in CUTLASS_OUT_DTYPES,
             op,
-            f"backend='cutlass' writes {CUTLASS_OUT_DTYPES}, got out_dtype={out_dtype}",
+            lambda: f"backend='cutlass' writes {CUTLASS_OUT_DTYPES}, got out_dtype={out_dtype}",
         )
         _check(
             k % CUTLASS_K_MULTIPLE == 0,
             op,
-            f"backend='cutlass' needs K % {CUTLASS_K_MULTIPLE} == 0 (16-byte TMA rows), got K = {k}",
+            lambda: f"backend='cutlass' needs K % {CUTLASS_K_MULTIPLE} == 0 (16-byte TMA rows), got K = {k}",
         )
         _check(
             n % CUTLASS_N_MULTIPLE == 0,
             op,
-            f"backend='cutlass' needs N % {CUTLASS_N_MULTIPLE} == 0 (16-byte TMA rows of the output), got N = {n}",
+            lambda: f"backend='cutlass' needs N % {CUTLASS_N_MULTIPLE} == 0 (16-byte TMA rows of the output), got N = {n}",
         )
 
 
