@@ -39,14 +39,15 @@ def test_replaces_every_eligible_linear_and_reports():
 
 def test_skip_patterns_and_exact_sqnr():
     model = _model()
+    w0 = model[0].weight.detach().double().clone()
     report = w8a8.quantize_model(model, skip=("2.*", "3"), progress=False)
     assert report.replaced == ["0"]
     assert set(report.skipped) == {"2.0", "3"}
-    layer = model[0]
-    w = nn.Linear(64, 128)
-    # SQNR recomputed from the dequantized weight of a fresh layer with the same weights.
-    w.weight.data.copy_(layer.dequantized_weight())
-    assert report.sqnr_db["0"] > 30 and math.isfinite(report.sqnr_db["0"])
+    # SQNR recomputed from the original and the dequantized weights.
+    err = w0 - model[0].dequantized_weight().double()
+    expected = 10 * math.log10(w0.pow(2).sum().item() / err.pow(2).sum().item())
+    assert report.sqnr_db["0"] == pytest.approx(expected, rel=1e-9)
+    assert report.sqnr_db["0"] > 30
 
 
 def test_static_needs_every_input_scale():
