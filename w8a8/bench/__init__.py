@@ -49,7 +49,9 @@ def _default_backends(device: torch.device) -> list[str]:
 
     if device.type != "cuda":
         return ["reference"]
-    return ["int_mm"] + [b for b in ("cutlass", "triton") if backends.unavailable_reason(b, device) is None]
+    from w8a8.bench.scaled_mm import INT_MM
+
+    return [INT_MM] + [b for b in ("cutlass", "triton") if backends.unavailable_reason(b, device) is None]
 
 
 def _tag(device: torch.device) -> str:
@@ -69,7 +71,7 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     chosen = args.backends.split(",") if args.backends else _default_backends(device)
     for b in chosen:
-        why = None if b == "int_mm" else backends_mod.unavailable_reason(b, device)
+        why = None if b == scaled_mm.INT_MM else backends_mod.unavailable_reason(b, device)
         if why is not None:
             raise SystemExit(f"w8a8 bench: backend {b!r} cannot run on {device}: {why}")
     suites = args.suites.split(",")
@@ -85,7 +87,7 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
             if suite == "scaled_mm":
                 rows += scaled_mm.bench_shape(m, n, k, chosen, ceilings, device, args.config_ids)
             else:
-                rows += linear.bench_shape(m, n, k, [b for b in chosen if b != "int_mm"], ceilings, device)
+                rows += linear.bench_shape(m, n, k, [b for b in chosen if b != scaled_mm.INT_MM], ceilings, device)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         print(harness.markdown_table(rows))

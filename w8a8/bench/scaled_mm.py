@@ -11,8 +11,8 @@ import torch.nn.functional as F
 import w8a8
 from w8a8.bench import harness
 
-INT_MM = "int_mm"  # torch._int_mm alone (cuBLASLt, int32 out), and with an fp32 dequant in eager and compiled
-PEERS = (INT_MM,)
+# The peer rows: torch._int_mm alone (cuBLASLt, int32 out), and with an fp32 dequant in eager and compiled.
+INT_MM = "int_mm"
 
 
 def _int_mm_dequant(a, w, a_scale, w_scale):
@@ -52,7 +52,7 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, dev
         for name, fn in (("eager", _int_mm_dequant), ("compiled", _int_mm_dequant_compiled())):
             t = harness.time_calls([lambda i=i, f=fn: f(a_q, w_q[i], a_s, w_s[i]) for i in range(n_sets)], device)
             rows.append(harness.gemm_row(f"torch._int_mm + dequant ({name})", m, n, k, t, int8_bytes, ceilings, bf16.us))
-    for backend in (b for b in backends if b not in PEERS):
+    for backend in (b for b in backends if b != INT_MM):
         for cid in config_ids if backend == "cutlass" else (-1,):
             if cid == -1:
                 fn = lambda i, b=backend: w8a8.scaled_mm(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16, backend=b)
