@@ -22,6 +22,7 @@ SM90_SOURCES = [
     "csrc/scaled_mm_sm90_m256.cu",
     "csrc/scaled_mm_sm90_large_128x256.cu",
     "csrc/scaled_mm_sm90_large_256x128.cu",
+    "csrc/scaled_mm_sm90_coop_streamk.cu",
 ]
 # Host-side torch bindings: the thin layer that checks tensors and calls the kernels.
 BINDING_SOURCES = [

@@ -4,6 +4,7 @@
 // scaled_mm_sm90_configs.cuh.
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "scaled_mm_sm90.h"
 #include "scaled_mm_sm90_configs.cuh"
@@ -20,6 +21,7 @@ using sm90::ScaledMmSm90Launcher;
 struct ConfigEntry {
   ConfigId id;
   const char* name;
+  bool stream_k;  // runs CUTLASS's stream-K scheduler, so it can split K
   size_t (*workspace_size[2])(const ScaledMmSm90Params&, const SchedulerOptions&);  // [out dtype]
   void (*run[2])(const ScaledMmSm90Params&, const SchedulerOptions&, void*, cudaStream_t);
   SchedulerOptions options;
@@ -30,7 +32,8 @@ constexpr ConfigEntry entry(ConfigId id, const char* name, SchedulerOptions opti
   using Bf16 = ScaledMmSm90Launcher<Config, cutlass::bfloat16_t>;
   using Fp16 = ScaledMmSm90Launcher<Config, cutlass::half_t>;
   static_assert(int(ScaledMmOutDtype::kBFloat16) == 0 && int(ScaledMmOutDtype::kFloat16) == 1);
-  return ConfigEntry{id, name, {&Bf16::workspace_size, &Fp16::workspace_size}, {&Bf16::run, &Fp16::run},
+  constexpr bool stream_k = std::is_same_v<typename Config::TileScheduler, cutlass::gemm::StreamKScheduler>;
+  return ConfigEntry{id, name, stream_k, {&Bf16::workspace_size, &Fp16::workspace_size}, {&Bf16::run, &Fp16::run},
                      options};
 }
 
@@ -58,6 +61,8 @@ constexpr ConfigEntry kConfigs[] = {
                                  {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
     entry<sm90::Sm90Int8SwapN64>(sm90::kSwapN64ForceStreamK, "swap_128x64x128_1x1_coop_streamk_forced",
                                  {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
+    entry<sm90::Sm90Int8Coop128x128StreamK>(sm90::kCoop128x128StreamK, "128x128x128_1x1_coop_streamk",
+                                            {1, Raster::kHeuristic, Decomposition::kDataParallel, 1}),
 };
 
 constexpr bool table_matches_ids() {
@@ -109,10 +114,67 @@ void check_params(const ScaledMmSm90Params& p) {
           ("config_id in [-1, " + std::to_string(sm90::kNumConfigs - 1) + "]").c_str(),
           std::to_string(p.config_id));
   require(p.sm_count > 0, "sm_count > 0", std::to_string(p.sm_count));
+  require(p.scheduler == ScaledMmScheduler::kAuto || p.scheduler == ScaledMmScheduler::kPersistent ||
+              p.scheduler == ScaledMmScheduler::kStreamK,
+          "scheduler auto, persistent or streamk", std::to_string(int(p.scheduler)));
+  const int64_t k_tiles = (p.k + 127) / 128;
+  require(p.split_k >= 0 && p.split_k <= k_tiles,
+          ("split_k in [1, " + std::to_string(k_tiles) + "] (the number of 128-wide K tiles) or 0").c_str(),
+          std::to_string(p.split_k));
+  require(p.split_k <= 1 || p.scheduler == ScaledMmScheduler::kAuto,
+          "split_k > 1 only with scheduler auto (persistent never splits; streamk balances by itself)",
+          "split_k=" + std::to_string(p.split_k) + " with scheduler " +
+              (p.scheduler == ScaledMmScheduler::kPersistent ? "persistent" : "streamk"));
 }
 
-const ConfigEntry& pick(const ScaledMmSm90Params& p) {
-  return kConfigs[p.config_id >= 0 ? p.config_id : sm90::select_config(p.m, p.n)];
+const char* decomposition_name(Decomposition d) {
+  switch (d) {
+    case Decomposition::kDataParallel: return "data_parallel";
+    case Decomposition::kSplitK: return "split_k";
+    case Decomposition::kStreamK: return "stream_k";
+    default: return "heuristic";
+  }
+}
+
+struct Plan {
+  const ConfigEntry* config;
+  SchedulerOptions options;
+};
+
+// The config and K decomposition a call runs:
+//   config_id -1, scheduler auto, split_k 0: sm90::plan_auto (ladder + split-K policy);
+//   split_k > 1 or scheduler streamk: the requested decomposition on config_id
+//     (which must run the stream-K scheduler) or on sm90::split_capable_config(M);
+//   split_k 1 or scheduler persistent: data-parallel, config_id or the ladder's pick;
+//   config_id >= 0 alone: that entry as the table defines it.
+Plan plan(const ScaledMmSm90Params& p) {
+  const bool split = p.split_k > 1 || p.scheduler == ScaledMmScheduler::kStreamK;
+  const bool no_split = p.split_k == 1 || p.scheduler == ScaledMmScheduler::kPersistent;
+  if (p.config_id < 0 && !split && !no_split) {
+    const sm90::AutoPlan automatic = sm90::plan_auto(p.m, p.n, p.k, p.sm_count);
+    const ConfigEntry& config = kConfigs[automatic.config_id];
+    SchedulerOptions options = config.options;
+    if (config.stream_k) {
+      options.decomposition = automatic.decomposition;
+      options.splits = automatic.splits;
+    }
+    return {&config, options};
+  }
+  int id = p.config_id >= 0 ? p.config_id : sm90::select_config(p.m, p.n);
+  if (split && p.config_id < 0 && !kConfigs[id].stream_k) id = sm90::split_capable_config(p.m);
+  const ConfigEntry& config = kConfigs[id];
+  SchedulerOptions options = config.options;
+  if (split) {
+    require(config.stream_k,
+            "a stream-K-scheduler config for split_k > 1 or scheduler streamk (config_id -1 picks one)",
+            std::string("config ") + config.name + ", which uses the persistent scheduler");
+    options.decomposition = p.split_k > 1 ? Decomposition::kSplitK : Decomposition::kStreamK;
+    options.splits = p.split_k > 1 ? p.split_k : 1;
+  } else if (no_split && config.stream_k) {
+    options.decomposition = Decomposition::kDataParallel;
+    options.splits = 1;
+  }
+  return {&config, options};
 }
 
 }  // namespace
@@ -125,11 +187,21 @@ const char* scaled_mm_sm90_config_name(int config_id) {
 
 int scaled_mm_sm90_heuristic_config(int64_t m, int64_t n) { return sm90::select_config(m, n); }
 
+ScaledMmSm90Plan scaled_mm_sm90_plan(const ScaledMmSm90Params& params) {
+  check_params(params);
+  const Plan chosen = plan(params);
+  const bool splits_k = chosen.config->stream_k && chosen.options.decomposition != Decomposition::kDataParallel;
+  return {int(chosen.config->id),
+          chosen.config->stream_k ? decomposition_name(chosen.options.decomposition) : "data_parallel",
+          splits_k ? chosen.options.splits : 1};
+}
+
 size_t scaled_mm_sm90_workspace_size(const ScaledMmSm90Params& params) {
   check_params(params);
-  const ConfigEntry& config = pick(params);
+  const Plan chosen = plan(params);
+  const ConfigEntry& config = *chosen.config;
   try {
-    return config.workspace_size[int(params.out_dtype)](params, config.options);
+    return config.workspace_size[int(params.out_dtype)](params, chosen.options);
   } catch (const std::exception& e) {
     fail(std::string("config ") + config.name + ": " + e.what());
   }
@@ -137,13 +209,14 @@ size_t scaled_mm_sm90_workspace_size(const ScaledMmSm90Params& params) {
 
 void scaled_mm_sm90(const ScaledMmSm90Params& params, void* workspace, cudaStream_t stream) {
   check_params(params);
-  const ConfigEntry& config = pick(params);
+  const Plan chosen = plan(params);
+  const ConfigEntry& config = *chosen.config;
   try {
     if (workspace == nullptr) {
-      const size_t needed = config.workspace_size[int(params.out_dtype)](params, config.options);
+      const size_t needed = config.workspace_size[int(params.out_dtype)](params, chosen.options);
       require(needed == 0, "a workspace for this config", "null (needs " + std::to_string(needed) + " bytes)");
     }
-    config.run[int(params.out_dtype)](params, config.options, workspace, stream);
+    config.run[int(params.out_dtype)](params, chosen.options, workspace, stream);
   } catch (const std::exception& e) {
     fail(std::string("config ") + config.name + ": " + e.what());
   }

@@ -119,6 +119,20 @@ struct Sm90Int8Large256x128 {
   static constexpr bool kSwapAB = false;
 };
 
+// Serves split_k > 1 / scheduler "streamk" requests for M > 256 (config 11;
+// the swap-AB configs above serve them below that, and the ladder's picks at
+// these M use the persistent scheduler, which cannot split K). 128x128
+// cooperative: the stream-K scheduler needs the cooperative kernel. Never
+// picked by the heuristic: at M > 256 the tile grid already fills the SMs.
+struct Sm90Int8Coop128x128StreamK {
+  using TileShape = Shape<_128, _128, _128>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr bool kSwapAB = false;
+};
+
 // ---------------------------------------------------------------------------
 // Run-time scheduler options of a table entry.
 // ---------------------------------------------------------------------------
@@ -164,7 +178,8 @@ enum ConfigId : int {
   kLarge128x256RasterM = 8,  // Sm90Int8Large128x256, swizzle 8, raster along M
   kSwapN16ForceStreamK = 9,  // Sm90Int8SwapN16, stream-K even where the heuristic keeps whole tiles
   kSwapN64ForceStreamK = 10, // Sm90Int8SwapN64, same
-  kNumConfigs = 11
+  kCoop128x128StreamK = 11,  // Sm90Int8Coop128x128StreamK, for split / stream-K requests at M > 256
+  kNumConfigs = 12
 };
 
 // The ladder on next_pow2(M) (and N in one bucket), set from the config sweep
@@ -191,6 +206,60 @@ inline int select_config(int64_t m, int64_t n) {
   if (m_pow2 <= 256) return n <= 4096 ? kSwapN64DataParallel : kM256Pingpong;
   if (m_pow2 <= 512) return kM256Pingpong;
   return kLarge128x256;
+}
+
+// The stream-K-scheduler config that serves an explicit split_k > 1 or
+// scheduler "streamk" at this M: the ladder's own pick where it already runs
+// the stream-K scheduler (M <= 64), else the swap-AB 128x64 tile (M <= 256:
+// few token columns, so the weight rows still fill the 128-row side), else
+// 128x128 cooperative.
+inline int split_capable_config(int64_t m) {
+  if (m <= 64) return kSwapN16StreamK;
+  if (m <= 256) return kSwapN64StreamK;
+  return kCoop128x128StreamK;
+}
+
+// ---------------------------------------------------------------------------
+// Split-K heuristic (scheduler "auto", split_k None). Decode and small-batch
+// shapes with a long K launch fewer output tiles than the H100 has SMs, so
+// most SMs idle while a few stream whole K loops; splitting K over the idle
+// SMs spreads the weight stream over the whole chip.
+// ---------------------------------------------------------------------------
+struct SplitKPolicy {
+  // Split only when K has at least this many 128-wide K tiles:
+  static constexpr int64_t kMinKTiles = 64;
+  // and keep at least this many K tiles per split (so the fix-up, an int32
+  // tile written and read back per split, stays small beside the mainloop):
+  static constexpr int64_t kMinKTilesPerSplit = 16;
+  // Never more splits than this:
+  static constexpr int64_t kMaxSplits = 8;
+};
+
+struct AutoPlan {
+  int config_id;
+  Decomposition decomposition;  // kDataParallel or kSplitK
+  int splits;
+};
+
+// What scheduler "auto" runs: the ladder's config, split where the policy
+// above says so (only the swap-AB decode configs can: M <= 64).
+inline AutoPlan plan_auto(int64_t m, int64_t n, int64_t k, int sm_count) {
+  const int config = select_config(m, n);
+  const int64_t k_tiles = (k + 127) / 128;
+  if (config == kSwapN16DataParallel && k_tiles >= SplitKPolicy::kMinKTiles) {
+    // Above 16 tokens the 64-wide swap tile: one weight tile per 64 tokens
+    // instead of 4 (the 16-wide tile re-reads each weight tile per 16 tokens).
+    const bool wide = m > 16;
+    const int64_t token_tiles = wide ? (m + 63) / 64 : (m + 15) / 16;
+    const int64_t tiles = (n + 127) / 128 * token_tiles;
+    int64_t splits = sm_count / tiles;
+    if (splits > k_tiles / SplitKPolicy::kMinKTilesPerSplit) splits = k_tiles / SplitKPolicy::kMinKTilesPerSplit;
+    if (splits > SplitKPolicy::kMaxSplits) splits = SplitKPolicy::kMaxSplits;
+    if (splits >= 2) {
+      return {wide ? kSwapN64StreamK : kSwapN16StreamK, Decomposition::kSplitK, static_cast<int>(splits)};
+    }
+  }
+  return {config, Decomposition::kDataParallel, 1};
 }
 
 }  // namespace w8a8::sm90

@@ -4,11 +4,18 @@
 //
 // Ops (namespace w8a8):
 //   scaled_mm_cutlass(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale,
-//                     Tensor? bias, ScalarType out_dtype, int config_id=-1) -> Tensor
+//                     Tensor? bias, ScalarType out_dtype, int config_id=-1,
+//                     int? split_k=None, str scheduler="auto") -> Tensor
 //       out[m, n] = a_scale[m] * (b_scale[n] * float(a @ b^T)[m, n]) + bias[n]
 //       (fp32, one rounding to out_dtype). config_id = -1 picks the tile config
 //       by M; 0..n-1 forces an entry of the config table (benchmarking; the
-//       error for an out-of-range id lists the table).
+//       error for an out-of-range id lists the table). split_k: None = the
+//       heuristic, 1 = no split, n = split K n ways; scheduler: "auto",
+//       "persistent" (data-parallel) or "streamk" (see ScaledMmScheduler).
+//   scaled_mm_cutlass_plan(int m, int n, int k, int config_id=-1, int? split_k=None,
+//                          str scheduler="auto") -> (int, str, int)
+//       What scaled_mm_cutlass runs for that shape on the current device:
+//       (config id, K decomposition, splits). Raises as the op would.
 //   cutlass_archs() -> int[]
 //       The SM architectures the CUTLASS kernels were compiled for.
 //
@@ -16,10 +23,12 @@
 // register the ops, so the module itself is empty.
 #include <Python.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -132,9 +141,40 @@ void check_vector(const at::Tensor& t, const char* name, int64_t length, const c
              t.strides(), " for shape ", t.sizes());
 }
 
+ScaledMmScheduler parse_scheduler(c10::string_view scheduler) {
+  if (scheduler == "auto") return ScaledMmScheduler::kAuto;
+  if (scheduler == "persistent") return ScaledMmScheduler::kPersistent;
+  if (scheduler == "streamk") return ScaledMmScheduler::kStreamK;
+  W8A8_CHECK(false, "scheduler must be 'auto', 'persistent' or 'streamk', got '", std::string(scheduler),
+             "'");
+  return ScaledMmScheduler::kAuto;
+}
+
+// The K-split arguments, checked with the op's wording; the kernel library
+// re-checks the parts that depend on the config it picks (scaled_mm_sm90.cu).
+void set_split(ScaledMmSm90Params& params, const c10::optional<int64_t>& split_k,
+               c10::string_view scheduler_name) {
+  const ScaledMmScheduler scheduler = parse_scheduler(scheduler_name);
+  int64_t splits = 0;
+  if (split_k.has_value()) {
+    splits = *split_k;
+    const int64_t k_tiles = std::max<int64_t>(1, (params.k + 127) / 128);  // K = 0 still takes split_k = 1
+    W8A8_CHECK(splits >= 1 && splits <= k_tiles,
+               "split_k must be None (heuristic) or in [1, ", k_tiles,
+               "] (1 = no split; at most one split per 128-wide K tile, K = ", params.k, "), got ",
+               splits);
+    W8A8_CHECK(splits == 1 || scheduler == ScaledMmScheduler::kAuto, "split_k = ", splits,
+               " needs scheduler 'auto' (got '", std::string(scheduler_name),
+               "': 'persistent' never splits K, 'streamk' balances K by itself)");
+  }
+  params.split_k = static_cast<int>(splits);
+  params.scheduler = scheduler;
+}
+
 at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
                              const at::Tensor& b_scale, const c10::optional<at::Tensor>& bias,
-                             at::ScalarType out_dtype, int64_t config_id) {
+                             at::ScalarType out_dtype, int64_t config_id,
+                             c10::optional<int64_t> split_k, c10::string_view scheduler) {
   // dtypes and devices
   W8A8_CHECK(a.scalar_type() == at::kChar, "a must be int8, got ", a.scalar_type());
   W8A8_CHECK(b.scalar_type() == at::kChar, "b must be int8, got ", b.scalar_type());
@@ -164,6 +204,11 @@ at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at:
   }
   W8A8_CHECK(config_id >= -1 && config_id < scaled_mm_sm90_num_configs(),
              "config_id must be -1 (heuristic) or one of ", config_list(), "; got ", config_id);
+  {
+    ScaledMmSm90Params probe;  // K known: validate split_k / scheduler before any early return
+    probe.k = k;
+    set_split(probe, split_k, scheduler);
+  }
 
   const c10::cuda::CUDAGuard device_guard(device);
   if (m == 0 || n == 0) return at::empty({m, n}, a.options().dtype(out_dtype));
@@ -215,6 +260,7 @@ at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at:
   params.ldb = ldb;
   params.ldd = out.stride(0);
   params.config_id = static_cast<int>(config_id);
+  set_split(params, split_k, scheduler);
   params.device_id = device.index();
   params.sm_count = info.sm_count;
 
@@ -238,6 +284,41 @@ at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at:
   return out;
 }
 
+std::tuple<int64_t, std::string, int64_t> scaled_mm_cutlass_plan(int64_t m, int64_t n, int64_t k,
+                                                                 int64_t config_id,
+                                                                 c10::optional<int64_t> split_k,
+                                                                 c10::string_view scheduler) {
+  W8A8_CHECK(m > 0 && n > 0 && k > 0 && k % 16 == 0 && n % 8 == 0,
+             "plan needs M, N, K > 0 with K % 16 == 0 and N % 8 == 0, got M = ", m, ", N = ", n,
+             ", K = ", k);
+  W8A8_CHECK(config_id >= -1 && config_id < scaled_mm_sm90_num_configs(),
+             "config_id must be -1 (heuristic) or one of ", config_list(), "; got ", config_id);
+  ScaledMmSm90Params params;
+  // Placeholder addresses: the plan reads shapes only, never the data.
+  static const int8_t kAligned[16] __attribute__((aligned(16))) = {};
+  static const float kScale[1] = {1.0f};
+  params.a = params.b = kAligned;
+  params.out = const_cast<int8_t*>(kAligned);
+  params.a_scale = params.b_scale = kScale;
+  params.m = m;
+  params.n = n;
+  params.k = k;
+  params.lda = params.ldb = k;
+  params.ldd = n;
+  params.config_id = static_cast<int>(config_id);
+  set_split(params, split_k, scheduler);
+  const c10::DeviceIndex device = c10::cuda::current_device();
+  params.device_id = device;
+  params.sm_count = device_info(device).sm_count;
+  try {
+    const ScaledMmSm90Plan chosen = scaled_mm_sm90_plan(params);
+    return {chosen.config_id, chosen.decomposition, chosen.splits};
+  } catch (const std::exception& e) {
+    W8A8_CHECK(false, e.what(), " (M = ", m, ", N = ", n, ", K = ", k, ")");
+  }
+  return {};
+}
+
 // The archs compiled into this library; one entry per arch directory of
 // kernels (add yours when you add an arch).
 std::vector<int64_t> cutlass_archs() { return {90}; }
@@ -248,7 +329,10 @@ std::vector<int64_t> cutlass_archs() { return {90}; }
 TORCH_LIBRARY_FRAGMENT(w8a8, m) {
   m.def(
       "scaled_mm_cutlass(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor? bias, "
-      "ScalarType out_dtype, int config_id=-1) -> Tensor");
+      "ScalarType out_dtype, int config_id=-1, int? split_k=None, str scheduler=\"auto\") -> Tensor");
+  m.def(
+      "scaled_mm_cutlass_plan(int m, int n, int k, int config_id=-1, int? split_k=None, "
+      "str scheduler=\"auto\") -> (int, str, int)");
   m.def("cutlass_archs() -> int[]");
 }
 
@@ -258,6 +342,7 @@ TORCH_LIBRARY_IMPL(w8a8, CUDA, m) { m.impl("scaled_mm_cutlass", &w8a8::scaled_mm
 // empty dispatch key set.
 TORCH_LIBRARY_IMPL(w8a8, CompositeExplicitAutograd, m) {
   m.impl("cutlass_archs", &w8a8::cutlass_archs);
+  m.impl("scaled_mm_cutlass_plan", &w8a8::scaled_mm_cutlass_plan);
 }
 
 // `import w8a8._C` loads this shared library (running the registrations

@@ -173,3 +173,46 @@ def test_extension_status_is_reported():
     assert isinstance(why, str) and why
     if not loaded:
         assert "w8a8._C" in why
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"split_k": 0}, r"split_k must be None \(heuristic\) or an int >= 1, got 0"),
+        ({"split_k": -2}, "got -2"),
+        ({"split_k": True}, "got True"),
+        ({"split_k": 2.0}, "got 2.0"),
+        ({"scheduler": "fast"}, r"scheduler must be one of \('auto', 'persistent', 'streamk'\), got 'fast'"),
+        ({"split_k": 2, "scheduler": "persistent"}, "split_k=2 needs scheduler='auto'"),
+        ({"split_k": 5}, r"split_k must be at most 2 \(one split per 128-wide K tile, K = 160\), got 5"),
+    ],
+)
+def test_split_k_values_are_checked(kwargs, match):
+    a, b, sa, sb, bias = _scaled_mm_args(3, 8, 160, "cpu")
+    with pytest.raises(ValueError, match=r"w8a8.scaled_mm: .*" + match):
+        w8a8.scaled_mm(a, b, sa, sb, bias, **kwargs)
+
+
+def test_split_k_is_a_cutlass_option():
+    a, b, sa, sb, bias = _scaled_mm_args(3, 8, 160, "cpu")
+    with pytest.raises(ValueError, match="backend='reference' does not split K"):
+        w8a8.scaled_mm(a, b, sa, sb, bias, backend="reference", split_k=2)
+    with pytest.raises(ValueError, match="backend='reference' does not split K"):
+        w8a8.scaled_mm(a, b, sa, sb, bias, backend="reference", scheduler="streamk")
+    # No split asked for: fine on any backend; with the backend chosen automatically the
+    # request is a hint the reference path runs unsplit (same bits: int32 partial sums).
+    expected = reference.scaled_mm(a, b, sa, sb, bias)
+    assert torch.equal(w8a8.scaled_mm(a, b, sa, sb, bias, backend="reference", split_k=1, scheduler="persistent"), expected)
+    assert torch.equal(w8a8.scaled_mm(a, b, sa, sb, bias, split_k=2), expected)
+
+
+def test_w8a8linear_checks_split_settings():
+    layer = w8a8.W8A8Linear(256, 16, split_k=2)
+    assert layer.split_k == 2 and "split_k=2" in repr(layer)
+    with pytest.raises(ValueError, match=r"w8a8.W8A8Linear: split_k must be at most 2"):
+        layer.split_k = 3
+    with pytest.raises(ValueError, match="split_k=2 needs scheduler='auto'"):
+        layer.scheduler = "streamk"
+    assert layer.scheduler == "auto"
+    with pytest.raises(ValueError, match="backend='triton' does not split K"):
+        w8a8.W8A8Linear(256, 16, backend="triton", split_k=2)

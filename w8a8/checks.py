@@ -129,6 +129,47 @@ def check_scaled_mm(
         )
 
 
+SCHEDULERS = ("auto", "persistent", "streamk")
+# The CUTLASS kernels split K in 128-wide tiles: at most one split per tile.
+SPLIT_K_TILE = 128
+
+
+def check_split(op: str, split_k, scheduler, backend: str | None, k=None) -> None:
+    """split_k / scheduler: the K-split controls of the CUTLASS backend.
+
+    split_k None (heuristic), 1 (no split) or n > 1 (n splits, scheduler "auto" only);
+    scheduler "auto", "persistent" (data-parallel) or "streamk". The Triton and reference
+    kernels never split K: asking them by name for a split is an error, while a layer
+    whose backend is chosen automatically simply runs unsplit there.
+    """
+    _check(
+        split_k is None or (isinstance(split_k, int) and not isinstance(split_k, bool) and split_k >= 1),
+        op,
+        lambda: f"split_k must be None (heuristic) or an int >= 1, got {split_k!r}",
+    )
+    _check(scheduler in SCHEDULERS, op, lambda: f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
+    splits = split_k is not None and split_k > 1
+    _check(
+        not (splits and scheduler != "auto"),
+        op,
+        lambda: f"split_k={split_k} needs scheduler='auto' (got {scheduler!r}: 'persistent' never splits K, "
+        "'streamk' balances K by itself)",
+    )
+    if k is not None and split_k is not None:
+        k_tiles = max(1, -(-k // SPLIT_K_TILE))
+        _check(
+            split_k <= k_tiles,
+            op,
+            lambda: f"split_k must be at most {k_tiles} (one split per {SPLIT_K_TILE}-wide K tile, K = {k}), got {split_k}",
+        )
+    _check(
+        backend in (None, "cutlass") or not (splits or scheduler == "streamk"),
+        op,
+        lambda: f"backend={backend!r} does not split K; split_k={split_k!r}, scheduler={scheduler!r} "
+        "are options of backend='cutlass'",
+    )
+
+
 def cutlass_shape_reason(k: int, n: int, out_dtype: torch.dtype) -> str | None:
     """Why the CUTLASS kernels cannot take this shape (None if they can)."""
     if out_dtype not in CUTLASS_OUT_DTYPES:

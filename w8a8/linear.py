@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from w8a8 import ops, reference
+from w8a8 import checks, ops, reference
 
 ACT_QUANT_MODES = ("dynamic", "static")
 
@@ -31,6 +31,10 @@ class W8A8Linear(nn.Module):
     (fp32; the correction is recomputed from the buffers in every forward, an
     int8 [N, K] row sum, so it always agrees with them).
 
+    ``split_k`` / ``scheduler`` steer how the CUTLASS kernel spreads K over the
+    SMs (see ``w8a8.scaled_mm``); both are attributes that may be changed later
+    and are checked when set.
+
     ``act_quant="dynamic"`` quantizes each token (row) with its own scale at run
     time; ``"static"`` uses the calibrated per-tensor ``input_scale``. forward
     accepts any leading dims, returns the input's dtype, and neither
@@ -48,6 +52,8 @@ class W8A8Linear(nn.Module):
         device=None,
         dtype: torch.dtype | None = None,
         input_zero_point: bool = False,
+        split_k: int | None = None,
+        scheduler: str = "auto",
     ) -> None:
         super().__init__()
         if act_quant not in ACT_QUANT_MODES:
@@ -58,6 +64,8 @@ class W8A8Linear(nn.Module):
         self.out_features = out_features
         self.act_quant = act_quant
         self.backend = backend
+        checks.check_split("W8A8Linear", split_k, scheduler, backend, k=in_features)
+        self._split_k, self._scheduler = split_k, scheduler
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8, device=device))
         self.register_buffer("weight_scale", torch.ones(out_features, dtype=torch.float32, device=device))
         if act_quant == "static":
@@ -124,8 +132,29 @@ class W8A8Linear(nn.Module):
         else:
             q = ops.quantize_static(x2, self.input_scale, self.input_zero_point, backend=self._quant_backend())
             a_scale = self.input_scale
-        out = ops.scaled_mm(q, self.weight, a_scale, self.weight_scale, self.folded_bias(), x.dtype, backend=self.backend)
+        out = ops.scaled_mm(
+            q, self.weight, a_scale, self.weight_scale, self.folded_bias(), x.dtype,
+            backend=self.backend, split_k=self._split_k, scheduler=self._scheduler,
+        )
         return out.reshape(*x.shape[:-1], self.out_features)
+
+    @property
+    def split_k(self) -> int | None:
+        return self._split_k
+
+    @split_k.setter
+    def split_k(self, value: int | None) -> None:
+        checks.check_split("W8A8Linear", value, self._scheduler, self.backend, k=self.in_features)
+        self._split_k = value
+
+    @property
+    def scheduler(self) -> str:
+        return self._scheduler
+
+    @scheduler.setter
+    def scheduler(self, value: str) -> None:
+        checks.check_split("W8A8Linear", self._split_k, value, self.backend, k=self.in_features)
+        self._scheduler = value
 
     def folded_bias(self) -> torch.Tensor | None:
         """The bias the epilogue adds: ``bias``, or with an input zero point the fp32
@@ -149,4 +178,6 @@ class W8A8Linear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, act_quant={self.act_quant!r}, backend={self.backend!r}"
             + (", input_zero_point=True" if self.input_zero_point is not None else "")
+            + (f", split_k={self._split_k}" if self._split_k is not None else "")
+            + (f", scheduler={self._scheduler!r}" if self._scheduler != "auto" else "")
         )

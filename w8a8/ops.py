@@ -41,7 +41,7 @@ def _fake_quantize_static(x, scale, zero_point):
     return torch.empty_like(x, dtype=torch.int8, memory_format=torch.contiguous_format)
 
 
-def _fake_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype, config_id=-1):
+def _fake_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype, config_id=-1, split_k=None, scheduler="auto"):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
 
 
@@ -138,6 +138,8 @@ def scaled_mm(
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.bfloat16,
     backend: str | None = None,
+    split_k: int | None = None,
+    scheduler: str = "auto",
 ) -> torch.Tensor:
     """int8 x int8 matmul with a fused dequantization epilogue.
 
@@ -154,6 +156,16 @@ def scaled_mm(
     out_dtype : torch.bfloat16 or torch.float16 (float32 too on the Triton and reference backends).
     backend : ``"cutlass"``, ``"triton"``, ``"reference"`` or None (the fastest that
         can take these tensors; a fallback on a CUDA device is warned about once).
+    split_k : how many ways the CUTLASS kernel splits K. None: a heuristic
+        (splits only small-M, long-K shapes that launch fewer tiles than SMs;
+        ``docs/SPLIT_K.md``); 1: never; n > 1: n splits (at most one per
+        128-wide K tile). Partial sums are int32, so every split count gives
+        the same bits.
+    scheduler : ``"auto"`` (the heuristic, honouring split_k), ``"persistent"``
+        (data-parallel, no split) or ``"streamk"`` (CUTLASS's stream-K
+        decomposition). split_k and scheduler steer only the CUTLASS kernel:
+        naming ``backend="triton"``/``"reference"`` with a split is an error;
+        with ``backend=None`` on a device without CUTLASS they are ignored.
 
     Returns
     -------
@@ -165,4 +177,23 @@ def scaled_mm(
         if reason is not None:
             chosen = backends.fallback_for_shape("scaled_mm", a.device, reason)
     checks.check_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype, chosen)
+    checks.check_split("scaled_mm", split_k, scheduler, backend, k=a.shape[1])
+    if chosen == "cutlass":
+        if split_k is None and scheduler == "auto":  # the schema defaults: the shortest dispatch
+            return torch.ops.w8a8.scaled_mm_cutlass.default(a, b, a_scale, b_scale, bias, out_dtype)
+        return torch.ops.w8a8.scaled_mm_cutlass.default(a, b, a_scale, b_scale, bias, out_dtype, -1, split_k, scheduler)
     return _op("scaled_mm", chosen)(a, b, a_scale, b_scale, bias, out_dtype)
+
+
+def cutlass_plan(m: int, n: int, k: int, split_k: int | None = None, scheduler: str = "auto", config_id: int = -1):
+    """What ``scaled_mm(..., backend="cutlass")`` runs for an [M, K] x [N, K] product on
+    the current CUDA device: ``(config_id, decomposition, splits)``, with decomposition one
+    of ``"data_parallel"``, ``"split_k"``, ``"stream_k"`` or ``"heuristic"`` (CUTLASS's own
+    stream-K choice). Raises as the op would for values it refuses."""
+    checks.check_split("cutlass_plan", split_k, scheduler, "cutlass", k=k)
+    reason = backends.unavailable_reason("cutlass", torch.device("cuda"), "scaled_mm") if torch.cuda.is_available() else "no CUDA device"
+    if reason is not None:
+        raise RuntimeError(f"w8a8.cutlass_plan: backend='cutlass' is not available: {reason}")
+    config, decomposition, splits = torch.ops.w8a8.scaled_mm_cutlass_plan(m, n, k, config_id, split_k, scheduler)
+    return int(config), str(decomposition), int(splits)
+
