@@ -23,10 +23,13 @@ SM90_SOURCES = [
     "csrc/scaled_mm_sm90_large_128x256.cu",
     "csrc/scaled_mm_sm90_large_256x128.cu",
     "csrc/scaled_mm_sm90_coop_streamk.cu",
+    "csrc/quantize.cu",  # activation quantizers (plain CUDA; built for sm_90a with the rest for now)
 ]
 # Host-side torch bindings: the thin layer that checks tensors and calls the kernels.
 BINDING_SOURCES = [
     "csrc/torch_bindings.cpp",
+    "csrc/quantize_bindings.cpp",
+    "csrc/linear_bindings.cpp",
 ]
 
 

@@ -41,45 +41,14 @@
 #include <torch/library.h>
 
 #include "scaled_mm_sm90.h"
+#include "torch_device_info.h"
+#include "torch_messages.h"
+#include "torch_ops.h"
 
 namespace w8a8 {
 namespace {
 
-// Error messages are assembled with std::to_string / snprintf and handed to
-// TORCH_CHECK as one string, never formatted through std::ostream here: with a
-// toolchain that links libstdc++ statically into the extension (the H100
-// image's /opt/gcc did), the extension's own copy of ostream's number
-// formatting reads an uninitialised locale facet and segfaults (seen on the
-// H100: a failing check printing an int64 crashed in _M_insert<long>).
-namespace msg {
-inline std::string text(const char* s) { return s; }
-inline std::string text(const std::string& s) { return s; }
-inline std::string text(int v) { return std::to_string(v); }
-inline std::string text(long v) { return std::to_string(v); }
-inline std::string text(long long v) { return std::to_string(v); }
-inline std::string text(unsigned long v) { return std::to_string(v); }
-inline std::string text(c10::ScalarType t) { return c10::toString(t); }
-inline std::string text(const c10::Device& d) { return d.str(); }
-inline std::string text(const void* p) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%p", p);
-  return buf;
-}
-inline std::string text(c10::IntArrayRef values) {
-  std::string s = "[";
-  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + std::to_string(values[i]);
-  return s + "]";
-}
-template <class... Args>
-std::string join(const Args&... args) {
-  std::string s;
-  (s += ... += text(args));
-  return s;
-}
-}  // namespace msg
-
-#define W8A8_CHECK(cond, ...) \
-  TORCH_CHECK(cond, ::w8a8::msg::join("w8a8.scaled_mm(backend='cutlass'): ", __VA_ARGS__))
+#define W8A8_CHECK(cond, ...) W8A8_OP_CHECK("w8a8.scaled_mm(backend='cutlass')", cond, __VA_ARGS__)
 
 std::string config_list() {
   std::string list;
@@ -87,27 +56,6 @@ std::string config_list() {
     list += (i ? ", " : "") + std::to_string(i) + "=" + scaled_mm_sm90_config_name(i);
   }
   return list;
-}
-
-struct DeviceInfo {
-  int major = 0, minor = 0, sm_count = 0;
-};
-
-// Capability and SM count of every visible device, queried once (C++ static
-// initialisation is thread-safe) and read lock-free afterwards.
-const DeviceInfo& device_info(c10::DeviceIndex device) {
-  static const std::vector<DeviceInfo> infos = [] {
-    std::vector<DeviceInfo> all(c10::cuda::device_count());
-    for (int d = 0; d < static_cast<int>(all.size()); ++d) {
-      C10_CUDA_CHECK(cudaDeviceGetAttribute(&all[d].major, cudaDevAttrComputeCapabilityMajor, d));
-      C10_CUDA_CHECK(cudaDeviceGetAttribute(&all[d].minor, cudaDevAttrComputeCapabilityMinor, d));
-      C10_CUDA_CHECK(cudaDeviceGetAttribute(&all[d].sm_count, cudaDevAttrMultiProcessorCount, d));
-    }
-    return all;
-  }();
-  TORCH_INTERNAL_ASSERT(device >= 0 && device < static_cast<int>(infos.size()),
-                        msg::join("device ", int(device), " out of range"));
-  return infos[device];
 }
 
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
@@ -170,6 +118,8 @@ void set_split(ScaledMmSm90Params& params, const c10::optional<int64_t>& split_k
   params.split_k = static_cast<int>(splits);
   params.scheduler = scheduler;
 }
+
+}  // namespace
 
 at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
                              const at::Tensor& b_scale, const c10::optional<at::Tensor>& bias,
@@ -283,6 +233,8 @@ at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at:
   }
   return out;
 }
+
+namespace {
 
 std::tuple<int64_t, std::string, int64_t> scaled_mm_cutlass_plan(int64_t m, int64_t n, int64_t k,
                                                                  int64_t config_id,

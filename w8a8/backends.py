@@ -2,6 +2,8 @@
 
 Backends:
   * ``"cutlass"``   - CUTLASS kernels from ``w8a8._C`` (scaled_mm on the archs it was built for).
+  * ``"cuda"``      - hand-written CUDA kernels from ``w8a8._C``: the activation quantizers
+                      (C++ ops, so an eager call costs one dispatch, not a Python op).
   * ``"triton"``    - Triton kernels: any CUDA GPU; on the CPU only under ``TRITON_INTERPRET=1``.
   * ``"reference"`` - the exact torch implementation in ``w8a8.reference``; runs anywhere.
 
@@ -20,12 +22,12 @@ import torch
 
 from w8a8 import _extension
 
-BACKENDS = ("cutlass", "triton", "reference")
+BACKENDS = ("cutlass", "cuda", "triton", "reference")
 
-# The fastest first. Quantization has no CUTLASS kernel: Triton is its GPU path.
+# The fastest first. Quantization has no CUTLASS kernel: its compiled path is "cuda".
 _PREFERENCE = {
     "scaled_mm": ("cutlass", "triton", "reference"),
-    "quantize": ("triton", "reference"),
+    "quantize": ("cuda", "triton", "reference"),
 }
 
 
@@ -58,18 +60,21 @@ def unavailable_reason(backend: str, device: torch.device, op: str = "scaled_mm"
             f"Triton kernels need a CUDA device (got {device.type}); "
             "set TRITON_INTERPRET=1 to run them on the CPU in Triton's interpreter"
         )
-    # cutlass
-    if op != "scaled_mm":
+    # the compiled kernels of w8a8._C: CUTLASS for scaled_mm, CUDA for the quantizers
+    if backend == "cutlass" and op != "scaled_mm":
         return f"there is no CUTLASS kernel for {op}"
+    if backend == "cuda" and not op.startswith("quantize"):
+        return f"the 'cuda' backend holds the quantizers only; {op} runs on 'cutlass', 'triton' or 'reference'"
+    kind = "CUTLASS" if backend == "cutlass" else "CUDA"
     if device.type != "cuda":
-        return f"CUTLASS kernels need a CUDA device (got {device.type})"
+        return f"{kind} kernels need a CUDA device (got {device.type})"
     loaded, why = _extension.load()
     if not loaded:
         return why
     major, minor = _capability(device.index if device.index is not None else torch.cuda.current_device())
     arch = major * 10 + minor
     if arch not in _extension.cutlass_archs():
-        return f"no CUTLASS kernel for sm_{arch} (built for {list(_extension.cutlass_archs())})"
+        return f"no {kind} kernel for sm_{arch} (built for {list(_extension.cutlass_archs())})"
     return None
 
 

@@ -1,12 +1,35 @@
 """W8A8Linear: a drop-in replacement for nn.Linear with int8 weights and activations."""
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
-from w8a8 import checks, ops, reference
+from w8a8 import backends, checks, ops, reference
 
 ACT_QUANT_MODES = ("dynamic", "static")
+
+
+@torch.compiler.assume_constant_result
+def _fused_route(device: torch.device, dtype: torch.dtype, backend: str | None, k: int, n: int) -> bool:
+    """Whether W8A8Linear's forward runs as the single op ``w8a8::linear_cutlass``: the
+    CUTLASS GEMM and the CUDA quantizer are what the layer would pick anyway on this
+    device, and the shape and dtype are ones CUTLASS takes (otherwise the composed path
+    below routes or raises with the usual messages). A constant under torch.compile."""
+    return _fused_route_cached(device.type, device.index, dtype, backend, k, n)
+
+
+@functools.lru_cache(maxsize=None)
+def _fused_route_cached(device_type, device_index, dtype, backend, k, n) -> bool:
+    if device_type != "cuda" or backend not in (None, "cutlass"):
+        return False
+    device = torch.device(device_type, device_index)
+    return (
+        backends.resolve(backend, device, "scaled_mm") == "cutlass"
+        and backends.resolve(None, device, "quantize_per_token") == "cuda"
+        and checks.cutlass_shape_reason(k, n, dtype) is None
+    )
 
 
 class W8A8Linear(nn.Module):
@@ -126,6 +149,18 @@ class W8A8Linear(nn.Module):
             raise ValueError(
                 f"W8A8Linear: expected input [..., {self.in_features}], got shape {tuple(x.shape)}"
             )
+        if _fused_route(x.device, x.dtype, self.backend, self.in_features, self.out_features) and (
+            self.input_zero_point is None
+        ):
+            # One C++ op (quantize + CUTLASS GEMM): the inputs are checked there.
+            return torch.ops.w8a8.linear_cutlass.default(
+                x, self.weight, self.weight_scale, self.bias, self.input_scale, self._split_k, self._scheduler
+            )
+        return self.forward_composed(x)
+
+    def forward_composed(self, x: torch.Tensor) -> torch.Tensor:
+        """forward as separate public ops (quantize, then scaled_mm), each validated in
+        Python: the path of every device and dtype the single op does not serve."""
         x2 = x.reshape(-1, self.in_features)
         if self.act_quant == "dynamic":
             q, a_scale = ops.quantize_per_token(x2, backend=self._quant_backend())
@@ -166,7 +201,8 @@ class W8A8Linear(nn.Module):
         return -corr if self.bias is None else self.bias.float() - corr
 
     def _quant_backend(self) -> str | None:
-        # Quantization has no CUTLASS kernel; its default is the fastest available.
+        # Quantization has no CUTLASS kernel: with backend="cutlass" the activations go
+        # through the fastest quantizer available (the compiled "cuda" one on sm90).
         return None if self.backend == "cutlass" else self.backend
 
     def dequantized_weight(self) -> torch.Tensor:

@@ -50,8 +50,15 @@ for _b in _PY_BACKENDS:
     torch.library.register_fake(f"w8a8::quantize_static_{_b}", _fake_quantize_static)
     torch.library.register_fake(f"w8a8::scaled_mm_{_b}", _fake_scaled_mm)
 
+# The compiled ops (csrc/*_bindings.cpp) get their fakes here, beside the others.
 if _extension.load()[0]:
     torch.library.register_fake("w8a8::scaled_mm_cutlass", _fake_scaled_mm)
+    torch.library.register_fake("w8a8::quantize_per_token_cuda", _fake_quantize_per_token)
+    torch.library.register_fake("w8a8::quantize_static_cuda", _fake_quantize_static)
+
+    @torch.library.register_fake("w8a8::linear_cutlass")
+    def _fake_linear_cutlass(x, weight, weight_scale, bias, input_scale, split_k=None, scheduler="auto"):
+        return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
 # --- implementations ----------------------------------------------------------------------
@@ -90,7 +97,7 @@ def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[tor
     Parameters
     ----------
     x : Tensor [..., K], float16 / bfloat16 / float32, any device.
-    backend : ``"triton"``, ``"reference"`` or None (the fastest available).
+    backend : ``"cuda"``, ``"triton"``, ``"reference"`` or None (the fastest available).
 
     Returns
     -------
@@ -118,7 +125,7 @@ def quantize_static(
     x : Tensor [..., K], float16 / bfloat16 / float32.
     scale : Tensor [1], float32, on x's device (read on the device: no host sync).
     zero_point : optional Tensor [1], int8 or int32: for asymmetric activations.
-    backend : ``"triton"``, ``"reference"`` or None.
+    backend : ``"cuda"``, ``"triton"``, ``"reference"`` or None.
 
     Returns
     -------

@@ -1,8 +1,9 @@
 """Benchmarks of w8a8 against bf16 and the other int8 paths: ``python -m w8a8 bench``.
 
-Two suites on one harness (``harness.py``): ``scaled_mm`` (the kernel, int8
-activations in) and ``linear`` (``W8A8Linear`` end to end, quantization
-included). Results go to ``OUT/<suite>_<tag>.json`` and ``.csv``;
+Three suites on one harness (``harness.py``): ``scaled_mm`` (the kernel, int8
+activations in), ``linear`` (``W8A8Linear`` end to end, quantization
+included) and ``split_k`` (the CUTLASS K decompositions on small-M, long-K
+shapes, its own grid unless ``--shapes``/``--m`` are given; CUDA only). Results go to ``OUT/<suite>_<tag>.json`` and ``.csv``;
 ``python -m w8a8.bench.report`` turns committed results into docs/PERFORMANCE.md.
 """
 from __future__ import annotations
@@ -13,7 +14,9 @@ import sys
 
 import torch
 
-SUITES = ("scaled_mm", "linear")
+SUITES = ("scaled_mm", "linear", "split_k")
+# The suites `python -m w8a8 bench` runs when --suites is not given.
+DEFAULT_SUITES = ("scaled_mm", "linear")
 
 
 def _shapes(text: str) -> list[tuple[int, int]]:
@@ -33,11 +36,13 @@ def _ints(text: str) -> list[int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from w8a8.bench import harness
 
-    p.add_argument("--shapes", type=_shapes, default=harness.DEFAULT_NK, help="NxK,NxK,... (default: Llama-3 8B/70B)")
-    p.add_argument("--m", type=_ints, default=harness.DEFAULT_M, help="token counts M (default: 1,16,...,8192)")
+    p.add_argument("--shapes", type=_shapes, default=None,
+                   help="NxK,NxK,... (default: Llama-3 8B/70B; the split_k suite: its own decode grid)")
+    p.add_argument("--m", type=_ints, default=None, help="token counts M (default: 1,16,...,8192; split_k: 1..128)")
     p.add_argument("--backends", default=None,
                    help="comma list of cutlass, triton, reference, int_mm (default: what runs on the device)")
-    p.add_argument("--suites", default=",".join(SUITES), help="scaled_mm, linear or both")
+    p.add_argument("--suites", default=",".join(DEFAULT_SUITES), help=f"comma list of {', '.join(SUITES)}")
+    p.add_argument("--sweep", action="store_true", help="split_k suite: also every split of both decode tiles")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--config-ids", type=_ints, default=[-1], help="CUTLASS configs to time (-1: the heuristic)")
     p.add_argument("--out", default=None, help="folder for <suite>_<tag>.json/.csv (default: print only)")
@@ -66,7 +71,7 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
     from tqdm.auto import tqdm
 
     from w8a8 import backends as backends_mod
-    from w8a8.bench import harness, linear, scaled_mm
+    from w8a8.bench import harness, linear, scaled_mm, split_k
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     chosen = args.backends.split(",") if args.backends else _default_backends(device)
@@ -78,14 +83,21 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
     unknown = set(suites) - set(SUITES)
     if unknown:
         raise SystemExit(f"w8a8 bench: unknown suites {sorted(unknown)}; expected {SUITES}")
+    if "split_k" in suites and backends_mod.unavailable_reason("cutlass", device) is not None:
+        raise SystemExit(f"w8a8 bench: the split_k suite needs the CUTLASS backend: "
+                         f"{backends_mod.unavailable_reason('cutlass', device)}")
     ceilings = harness.measure_ceilings(device)
     results = {}
     for suite in suites:
-        cases = [(m, n, k) for (n, k) in args.shapes for m in args.m]
+        default_shapes, default_m = (split_k.SHAPES, split_k.M_VALUES) if suite == "split_k" else (
+            harness.DEFAULT_NK, harness.DEFAULT_M)
+        cases = [(m, n, k) for (n, k) in (args.shapes or default_shapes) for m in (args.m or default_m)]
         rows = []
         for m, n, k in tqdm(cases, desc=f"w8a8 bench {suite}", file=sys.stdout, mininterval=5):
             if suite == "scaled_mm":
                 rows += scaled_mm.bench_shape(m, n, k, chosen, ceilings, device, args.config_ids)
+            elif suite == "split_k":
+                rows += split_k.bench_shape(m, n, k, ceilings, device, sweep=getattr(args, "sweep", False))
             else:
                 rows += linear.bench_shape(m, n, k, [b for b in chosen if b != scaled_mm.INT_MM], ceilings, device)
             if device.type == "cuda":

@@ -1,0 +1,321 @@
+// CUDA activation quantizers, bit-identical to w8a8/reference.py (see quantize.h).
+//
+// Exactness: divisions are __fdiv_rn (IEEE round to nearest, whatever the
+// compiler flags), rounding is rintf (half to even), non-finite values are
+// detected with |v| <= FLT_MAX (false for Inf and NaN) and never enter the
+// max, so NaN propagation rules of fmaxf do not matter.
+//
+// Launch shapes (one role each; Launch below picks one per call):
+//   * warp per row, row held in registers   - short rows (<= 4 vectors per lane);
+//   * block per row, row held in registers  - rows up to 8 vectors per thread
+//     (bf16/fp16: K <= 16384): x is read from HBM once;
+//   * block per row, two passes             - longer rows: amax, then quantize
+//     (the second read mostly hits L2).
+// A "vector" is 16 bytes of x when x's rows are 16-byte aligned and K is a
+// multiple of the vector width; otherwise one element (same code, kVec = 1).
+#include <cfloat>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "quantize.h"
+
+namespace w8a8 {
+namespace {
+
+constexpr int kBlockThreads = 256;
+constexpr float kQMin = -128.0f;
+constexpr float kQMax = 127.0f;
+constexpr float kSymmetricQMax = 127.0f;
+// Where the reference sends +-Inf before adding zero_point (nan_to_num(posinf=4*QMAX, neginf=4*QMIN)).
+constexpr float kPosInfCode = 508.0f;
+constexpr float kNegInfCode = -512.0f;
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// kVec consecutive elements of T as floats; one 16-byte load when kVec * sizeof(T) == 16.
+template <class T, int kVec>
+__device__ __forceinline__ void load(const T* p, float (&out)[kVec]) {
+  if constexpr (kVec * sizeof(T) == 16) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) out[i] = to_float(e[i]);
+  } else {
+    static_assert(kVec == 1, "quantize: a vector is 16 bytes or one element");
+    out[0] = to_float(p[0]);
+  }
+}
+
+// kVec int8 codes in one store (kVec bytes; q rows are kVec-aligned, see Launch).
+template <int kVec>
+struct alignas(kVec) Codes {
+  int8_t v[kVec];
+};
+
+template <int kVec>
+__device__ __forceinline__ void store(int8_t* p, const Codes<kVec>& codes) {
+  *reinterpret_cast<Codes<kVec>*>(p) = codes;
+}
+
+__device__ __forceinline__ bool is_finite(float v) { return fabsf(v) <= FLT_MAX; }
+
+// Max and "any" over the kThreadsPerRow threads that share a row (a warp or the block).
+template <int kThreadsPerRow>
+__device__ __forceinline__ void reduce_row(float& amax, bool& bad) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  }
+  bad = __any_sync(0xffffffffu, bad);
+  if constexpr (kThreadsPerRow > 32) {
+    constexpr int kWarps = kThreadsPerRow / 32;
+    __shared__ float warp_amax[kWarps];
+    __shared__ int warp_bad[kWarps];
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0) {
+      warp_amax[warp] = amax;
+      warp_bad[warp] = bad;
+    }
+    __syncthreads();
+    amax = warp_amax[0];
+    bad = warp_bad[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) {
+      amax = fmaxf(amax, warp_amax[w]);
+      bad = bad || warp_bad[w];
+    }
+  }
+}
+
+template <int kVec>
+__device__ __forceinline__ Codes<kVec> quantize_per_token_codes(const float (&v)[kVec], float scale,
+                                                                bool quantizable) {
+  Codes<kVec> codes;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const float r = fminf(fmaxf(rintf(__fdiv_rn(v[i], scale)), kQMin), kQMax);
+    codes.v[i] = quantizable ? static_cast<int8_t>(r) : int8_t(0);
+  }
+  return codes;
+}
+
+// kMaxVecs > 0: each thread keeps up to kMaxVecs vectors of its row in registers.
+// kMaxVecs == 0: two passes over the row.
+template <class T, int kVec, int kThreadsPerRow, int kMaxVecs>
+__global__ void __launch_bounds__(kBlockThreads)
+    quantize_per_token_kernel(const T* __restrict__ x, int64_t ldx, int8_t* __restrict__ q,
+                              float* __restrict__ scale_out, int64_t rows, int64_t k) {
+  static_assert(kBlockThreads % kThreadsPerRow == 0, "quantize: whole rows per block");
+  constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
+  const int lane = threadIdx.x % kThreadsPerRow;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  // A warp-per-row block may hold rows past the end; a block-per-row block never does
+  // (grid = rows), so threads that reach __syncthreads never return early.
+  if (kThreadsPerRow == 32 && row >= rows) return;
+  const T* xr = x + row * ldx;
+  int8_t* qr = q + row * k;
+  const int64_t vecs = k / kVec;
+
+  float amax = 0.0f;
+  bool bad = false;
+  auto accumulate = [&](const float (&v)[kVec]) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const bool finite = is_finite(v[i]);
+      amax = fmaxf(amax, finite ? fabsf(v[i]) : 0.0f);
+      bad = bad || !finite;
+    }
+  };
+
+  if constexpr (kMaxVecs > 0) {
+    float v[kMaxVecs][kVec];
+#pragma unroll
+    for (int j = 0; j < kMaxVecs; ++j) {
+      const int64_t idx = lane + int64_t(j) * kThreadsPerRow;
+      if (idx < vecs) {
+        load<T, kVec>(xr + idx * kVec, v[j]);
+        accumulate(v[j]);
+      }
+    }
+    reduce_row<kThreadsPerRow>(amax, bad);
+    const float scale = __fdiv_rn(amax, kSymmetricQMax);
+    const bool quantizable = !bad && amax > 0.0f;
+    const float safe = quantizable ? scale : 1.0f;
+    if (lane == 0) scale_out[row] = bad ? __int_as_float(0x7fc00000) : scale;
+#pragma unroll
+    for (int j = 0; j < kMaxVecs; ++j) {
+      const int64_t idx = lane + int64_t(j) * kThreadsPerRow;
+      if (idx < vecs) store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v[j], safe, quantizable));
+    }
+  } else {
+    for (int64_t idx = lane; idx < vecs; idx += kThreadsPerRow) {
+      float v[kVec];
+      load<T, kVec>(xr + idx * kVec, v);
+      accumulate(v);
+    }
+    reduce_row<kThreadsPerRow>(amax, bad);
+    const float scale = __fdiv_rn(amax, kSymmetricQMax);
+    const bool quantizable = !bad && amax > 0.0f;
+    const float safe = quantizable ? scale : 1.0f;
+    if (lane == 0) scale_out[row] = bad ? __int_as_float(0x7fc00000) : scale;
+    for (int64_t idx = lane; idx < vecs; idx += kThreadsPerRow) {
+      float v[kVec];
+      load<T, kVec>(xr + idx * kVec, v);
+      store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v, safe, quantizable));
+    }
+  }
+}
+
+template <class T, int kVec, int kThreadsPerRow>
+__global__ void __launch_bounds__(kBlockThreads)
+    quantize_static_kernel(const T* __restrict__ x, int64_t ldx, int8_t* __restrict__ q, int64_t rows,
+                           int64_t k, const float* __restrict__ scale_ptr, const void* zero_point,
+                           bool zero_point_is_int32) {
+  constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
+  const int lane = threadIdx.x % kThreadsPerRow;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  if (row >= rows) return;
+  const float scale = *scale_ptr;
+  float zp = 0.0f;
+  if (zero_point != nullptr) {
+    zp = zero_point_is_int32 ? float(*static_cast<const int32_t*>(zero_point))
+                             : float(*static_cast<const int8_t*>(zero_point));
+  }
+  const T* xr = x + row * ldx;
+  int8_t* qr = q + row * k;
+  const int64_t vecs = k / kVec;
+  for (int64_t idx = lane; idx < vecs; idx += kThreadsPerRow) {
+    float v[kVec];
+    load<T, kVec>(xr + idx * kVec, v);
+    Codes<kVec> codes;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const float y = __fdiv_rn(v[i], scale);
+      float r = isnan(y) ? 0.0f : isinf(y) ? (y > 0.0f ? kPosInfCode : kNegInfCode) : rintf(y);
+      r = fminf(fmaxf(r + zp, kQMin), kQMax);
+      codes.v[i] = static_cast<int8_t>(r);
+    }
+    store<kVec>(qr + idx * kVec, codes);
+  }
+}
+
+void check_launch(const char* op) {
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) {
+    throw std::runtime_error(std::string(op) + ": kernel launch failed: " + cudaGetErrorString(error));
+  }
+}
+
+// Per-call launch choice: vector width, then the row mapping by the row's vector count.
+template <class T>
+struct Launch {
+  static constexpr int kVec16 = 16 / sizeof(T);
+  // Warp per row while a lane holds at most this many vectors of the row:
+  static constexpr int kWarpRowVecs = 4;
+  // Block per row, in registers, while a thread holds at most this many:
+  static constexpr int kBlockRowVecs = 8;
+
+  static bool vectorizable(const QuantizeParams& p) {
+    const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(p.q) % kVec16 == 0;
+    return aligned && p.k % kVec16 == 0 && (p.rows == 1 || p.ldx % kVec16 == 0);
+  }
+
+  template <int kVec>
+  static void per_token(const QuantizeParams& p, float* scale, cudaStream_t stream) {
+    const T* x = static_cast<const T*>(p.x);
+    const int64_t vecs = p.k / kVec;
+    if (vecs <= 32 * kWarpRowVecs) {
+      const int64_t blocks = (p.rows + kBlockThreads / 32 - 1) / (kBlockThreads / 32);
+      quantize_per_token_kernel<T, kVec, 32, kWarpRowVecs>
+          <<<blocks, kBlockThreads, 0, stream>>>(x, p.ldx, p.q, scale, p.rows, p.k);
+    } else if (vecs <= int64_t(kBlockThreads) * kBlockRowVecs) {
+      quantize_per_token_kernel<T, kVec, kBlockThreads, kBlockRowVecs>
+          <<<p.rows, kBlockThreads, 0, stream>>>(x, p.ldx, p.q, scale, p.rows, p.k);
+    } else {
+      quantize_per_token_kernel<T, kVec, kBlockThreads, 0>
+          <<<p.rows, kBlockThreads, 0, stream>>>(x, p.ldx, p.q, scale, p.rows, p.k);
+    }
+    check_launch("quantize_per_token_cuda");
+  }
+
+  template <int kVec>
+  static void static_quant(const QuantizeParams& p, const float* scale, const void* zp, bool zp_int32,
+                           cudaStream_t stream) {
+    const T* x = static_cast<const T*>(p.x);
+    if (p.k / kVec <= 32 * kWarpRowVecs) {
+      const int64_t blocks = (p.rows + kBlockThreads / 32 - 1) / (kBlockThreads / 32);
+      quantize_static_kernel<T, kVec, 32>
+          <<<blocks, kBlockThreads, 0, stream>>>(x, p.ldx, p.q, p.rows, p.k, scale, zp, zp_int32);
+    } else {
+      quantize_static_kernel<T, kVec, kBlockThreads>
+          <<<p.rows, kBlockThreads, 0, stream>>>(x, p.ldx, p.q, p.rows, p.k, scale, zp, zp_int32);
+    }
+    check_launch("quantize_static_cuda");
+  }
+};
+
+template <template <class> class Fn, class... Args>
+void by_dtype(QuantInDtype dtype, Args&&... args) {
+  switch (dtype) {
+    case QuantInDtype::kFloat32: return Fn<float>::run(args...);
+    case QuantInDtype::kFloat16: return Fn<__half>::run(args...);
+    case QuantInDtype::kBFloat16: return Fn<__nv_bfloat16>::run(args...);
+  }
+  throw std::runtime_error("quantize: unknown input dtype " + std::to_string(int(dtype)));
+}
+
+template <class T>
+struct PerToken {
+  static void run(const QuantizeParams& p, float* scale, cudaStream_t stream) {
+    if (Launch<T>::vectorizable(p)) {
+      Launch<T>::template per_token<Launch<T>::kVec16>(p, scale, stream);
+    } else {
+      Launch<T>::template per_token<1>(p, scale, stream);
+    }
+  }
+};
+
+template <class T>
+struct Static {
+  static void run(const QuantizeParams& p, const float* scale, const void* zp, bool zp_int32,
+                  cudaStream_t stream) {
+    if (Launch<T>::vectorizable(p)) {
+      Launch<T>::template static_quant<Launch<T>::kVec16>(p, scale, zp, zp_int32, stream);
+    } else {
+      Launch<T>::template static_quant<1>(p, scale, zp, zp_int32, stream);
+    }
+  }
+};
+
+void check_params(const QuantizeParams& p, const char* op) {
+  if (p.rows < 0 || p.k < 1 || p.ldx < (p.rows > 1 ? p.k : 0) || p.x == nullptr || p.q == nullptr ||
+      p.rows > 2147483647) {
+    throw std::runtime_error(std::string(op) + ": expected rows in [0, 2^31), k >= 1, ldx >= k, non-null x and q; got rows=" +
+                             std::to_string(p.rows) + " k=" + std::to_string(p.k) + " ldx=" + std::to_string(p.ldx));
+  }
+}
+
+}  // namespace
+
+void quantize_per_token_cuda(const QuantizeParams& params, float* scale, cudaStream_t stream) {
+  if (params.rows == 0) return;
+  check_params(params, "quantize_per_token_cuda");
+  by_dtype<PerToken>(params.in_dtype, params, scale, stream);
+}
+
+void quantize_static_cuda(const QuantizeParams& params, const float* scale, const void* zero_point,
+                          bool zero_point_is_int32, cudaStream_t stream) {
+  if (params.rows == 0) return;
+  check_params(params, "quantize_static_cuda");
+  by_dtype<Static>(params.in_dtype, params, scale, zero_point, zero_point_is_int32, stream);
+}
+
+}  // namespace w8a8
