@@ -5,12 +5,11 @@
 // detected with |v| <= FLT_MAX (false for Inf and NaN) and never enter the
 // max, so NaN propagation rules of fmaxf do not matter.
 //
-// Launch shapes (one role each; Launch below picks one per call):
-//   * warp per row, row held in registers   - short rows (<= 4 vectors per lane);
-//   * block per row, row held in registers  - rows up to 8 vectors per thread
-//     (bf16/fp16: K <= 16384): x is read from HBM once;
-//   * block per row, two passes             - longer rows: amax, then quantize
-//     (the second read mostly hits L2).
+// Launch shapes of the per-token kernel (Launch below picks one per call):
+//   * 32..1024 threads per row, the row held in registers, 4 vectors per thread at most
+//     (bf16/fp16: K <= 32768): x is read from HBM once;
+//   * 256 threads per row, two passes - longer rows: amax, then quantize (the second
+//     read mostly hits L2).
 // A "vector" is 16 bytes of x when x's rows are 16-byte aligned and K is a
 // multiple of the vector width; otherwise one element (same code, kVec = 1).
 #include <cfloat>
@@ -66,7 +65,14 @@ __device__ __forceinline__ void store(int8_t* p, const Codes<kVec>& codes) {
 
 __device__ __forceinline__ bool is_finite(float v) { return fabsf(v) <= FLT_MAX; }
 
-// Max and "any" over the kThreadsPerRow threads that share a row (a warp or the block).
+// Threads of a block: whole rows, at least 256 threads (several rows when rows are short).
+template <int kThreadsPerRow>
+constexpr int block_threads() {
+  return kThreadsPerRow > 256 ? kThreadsPerRow : 256;
+}
+
+// Max and "any" over the kThreadsPerRow threads that share a row (a warp or a group of
+// warps). Every thread of the block must call it (it may synchronise the block).
 template <int kThreadsPerRow>
 __device__ __forceinline__ void reduce_row(float& amax, bool& bad) {
 #pragma unroll
@@ -75,7 +81,8 @@ __device__ __forceinline__ void reduce_row(float& amax, bool& bad) {
   }
   bad = __any_sync(0xffffffffu, bad);
   if constexpr (kThreadsPerRow > 32) {
-    constexpr int kWarps = kThreadsPerRow / 32;
+    constexpr int kWarpsPerRow = kThreadsPerRow / 32;
+    constexpr int kWarps = block_threads<kThreadsPerRow>() / 32;
     __shared__ float warp_amax[kWarps];
     __shared__ int warp_bad[kWarps];
     const int warp = threadIdx.x / 32;
@@ -84,23 +91,36 @@ __device__ __forceinline__ void reduce_row(float& amax, bool& bad) {
       warp_bad[warp] = bad;
     }
     __syncthreads();
-    amax = warp_amax[0];
-    bad = warp_bad[0];
+    const int first = warp / kWarpsPerRow * kWarpsPerRow;
+    amax = warp_amax[first];
+    bad = warp_bad[first];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) {
-      amax = fmaxf(amax, warp_amax[w]);
-      bad = bad || warp_bad[w];
+    for (int w = 1; w < kWarpsPerRow; ++w) {
+      amax = fmaxf(amax, warp_amax[first + w]);
+      bad = bad || warp_bad[first + w];
     }
   }
 }
 
+// rint(v / scale) without an IEEE division per element: v * (1 / scale) with one fma
+// correction is within ~1.5 ulp of the correctly rounded quotient, so it can round
+// differently only next to a half-integer. |y| <= 127.x on quantizable rows (ulp <= 2^-17):
+// values within kTieMargin (8 ulp) of a half-integer, and rows whose reciprocal is not a
+// normal number (exact_row), take __fdiv_rn. Bit-identical to the reference either way.
+constexpr float kTieMargin = 1.0f / 16384.0f;  // 2^-14
+
 template <int kVec>
 __device__ __forceinline__ Codes<kVec> quantize_per_token_codes(const float (&v)[kVec], float scale,
+                                                                float inv_scale, bool exact_row,
                                                                 bool quantizable) {
   Codes<kVec> codes;
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    const float r = fminf(fmaxf(rintf(__fdiv_rn(v[i], scale)), kQMin), kQMax);
+    float y = v[i] * inv_scale;
+    y = fmaf(fmaf(-y, scale, v[i]), inv_scale, y);
+    const float ay = fabsf(y);
+    if (exact_row || fabsf(ay - floorf(ay) - 0.5f) <= kTieMargin) y = __fdiv_rn(v[i], scale);
+    const float r = fminf(fmaxf(rintf(y), kQMin), kQMax);
     codes.v[i] = quantizable ? static_cast<int8_t>(r) : int8_t(0);
   }
   return codes;
@@ -109,16 +129,16 @@ __device__ __forceinline__ Codes<kVec> quantize_per_token_codes(const float (&v)
 // kMaxVecs > 0: each thread keeps up to kMaxVecs vectors of its row in registers.
 // kMaxVecs == 0: two passes over the row.
 template <class T, int kVec, int kThreadsPerRow, int kMaxVecs>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
     quantize_per_token_kernel(const T* __restrict__ x, int64_t ldx, int8_t* __restrict__ q,
                               float* __restrict__ scale_out, int64_t rows, int64_t k) {
-  static_assert(kBlockThreads % kThreadsPerRow == 0, "quantize: whole rows per block");
-  constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
+  constexpr int kRowsPerBlock = block_threads<kThreadsPerRow>() / kThreadsPerRow;
   const int lane = threadIdx.x % kThreadsPerRow;
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
-  // A warp-per-row block may hold rows past the end; a block-per-row block never does
-  // (grid = rows), so threads that reach __syncthreads never return early.
-  if (kThreadsPerRow == 32 && row >= rows) return;
+  int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  // The last block may hold rows past the end: those threads read row 0 and store
+  // nothing (they must still reach the block-wide reduction).
+  const bool row_ok = row < rows;
+  if (!row_ok) row = 0;
   const T* xr = x + row * ldx;
   int8_t* qr = q + row * k;
   const int64_t vecs = k / kVec;
@@ -148,11 +168,15 @@ __global__ void __launch_bounds__(kBlockThreads)
     const float scale = __fdiv_rn(amax, kSymmetricQMax);
     const bool quantizable = !bad && amax > 0.0f;
     const float safe = quantizable ? scale : 1.0f;
-    if (lane == 0) scale_out[row] = bad ? __int_as_float(0x7fc00000) : scale;
+    const float inv = __fdiv_rn(1.0f, safe);
+    const bool exact_row = !(inv <= FLT_MAX) || safe < FLT_MIN;
+    if (row_ok && lane == 0) scale_out[row] = bad ? __int_as_float(0x7fc00000) : scale;
 #pragma unroll
     for (int j = 0; j < kMaxVecs; ++j) {
       const int64_t idx = lane + int64_t(j) * kThreadsPerRow;
-      if (idx < vecs) store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v[j], safe, quantizable));
+      if (row_ok && idx < vecs) {
+        store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v[j], safe, inv, exact_row, quantizable));
+      }
     }
   } else {
     for (int64_t idx = lane; idx < vecs; idx += kThreadsPerRow) {
@@ -164,11 +188,14 @@ __global__ void __launch_bounds__(kBlockThreads)
     const float scale = __fdiv_rn(amax, kSymmetricQMax);
     const bool quantizable = !bad && amax > 0.0f;
     const float safe = quantizable ? scale : 1.0f;
+    const float inv = __fdiv_rn(1.0f, safe);
+    const bool exact_row = !(inv <= FLT_MAX) || safe < FLT_MIN;
+    if (!row_ok) return;  // after the last block-wide reduction
     if (lane == 0) scale_out[row] = bad ? __int_as_float(0x7fc00000) : scale;
     for (int64_t idx = lane; idx < vecs; idx += kThreadsPerRow) {
       float v[kVec];
       load<T, kVec>(xr + idx * kVec, v);
-      store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v, safe, quantizable));
+      store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v, safe, inv, exact_row, quantizable));
     }
   }
 }
@@ -217,10 +244,8 @@ void check_launch(const char* op) {
 template <class T>
 struct Launch {
   static constexpr int kVec16 = 16 / sizeof(T);
-  // Warp per row while a lane holds at most this many vectors of the row:
+  // Static quantization: a warp per row while a lane has at most this many vectors.
   static constexpr int kWarpRowVecs = 4;
-  // Block per row, in registers, while a thread holds at most this many:
-  static constexpr int kBlockRowVecs = 8;
 
   static bool vectorizable(const QuantizeParams& p) {
     const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
@@ -228,20 +253,32 @@ struct Launch {
     return aligned && p.k % kVec16 == 0 && (p.rows == 1 || p.ldx % kVec16 == 0);
   }
 
+  // Threads per row: the fewest (32..1024) at which a thread holds <= kRowVecs vectors of
+  // its row in registers (bf16: 32 values, the Triton kernel's measured optimum); longer
+  // rows stream twice through 256 threads.
+  static constexpr int kRowVecs = 4;
+
+  template <int kVec, int kThreadsPerRow>
+  static void launch_per_token(const QuantizeParams& p, float* scale, cudaStream_t stream) {
+    constexpr int kThreads = block_threads<kThreadsPerRow>();
+    constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
+    const int64_t blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+    quantize_per_token_kernel<T, kVec, kThreadsPerRow, kRowVecs>
+        <<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
+  }
+
   template <int kVec>
   static void per_token(const QuantizeParams& p, float* scale, cudaStream_t stream) {
-    const T* x = static_cast<const T*>(p.x);
     const int64_t vecs = p.k / kVec;
-    if (vecs <= 32 * kWarpRowVecs) {
-      const int64_t blocks = (p.rows + kBlockThreads / 32 - 1) / (kBlockThreads / 32);
-      quantize_per_token_kernel<T, kVec, 32, kWarpRowVecs>
-          <<<blocks, kBlockThreads, 0, stream>>>(x, p.ldx, p.q, scale, p.rows, p.k);
-    } else if (vecs <= int64_t(kBlockThreads) * kBlockRowVecs) {
-      quantize_per_token_kernel<T, kVec, kBlockThreads, kBlockRowVecs>
-          <<<p.rows, kBlockThreads, 0, stream>>>(x, p.ldx, p.q, scale, p.rows, p.k);
-    } else {
-      quantize_per_token_kernel<T, kVec, kBlockThreads, 0>
-          <<<p.rows, kBlockThreads, 0, stream>>>(x, p.ldx, p.q, scale, p.rows, p.k);
+    if (vecs <= 32 * kRowVecs) launch_per_token<kVec, 32>(p, scale, stream);
+    else if (vecs <= 64 * kRowVecs) launch_per_token<kVec, 64>(p, scale, stream);
+    else if (vecs <= 128 * kRowVecs) launch_per_token<kVec, 128>(p, scale, stream);
+    else if (vecs <= 256 * kRowVecs) launch_per_token<kVec, 256>(p, scale, stream);
+    else if (vecs <= 512 * kRowVecs) launch_per_token<kVec, 512>(p, scale, stream);
+    else if (vecs <= 1024 * kRowVecs) launch_per_token<kVec, 1024>(p, scale, stream);
+    else {
+      quantize_per_token_kernel<T, kVec, 256, 0>
+          <<<p.rows, 256, 0, stream>>>(static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
     }
     check_launch("quantize_per_token_cuda");
   }

@@ -220,19 +220,29 @@ inline int split_capable_config(int64_t m) {
 }
 
 // ---------------------------------------------------------------------------
-// Split-K heuristic (scheduler "auto", split_k None). Decode and small-batch
-// shapes with a long K launch fewer output tiles than the H100 has SMs, so
-// most SMs idle while a few stream whole K loops; splitting K over the idle
-// SMs spreads the weight stream over the whole chip.
+// Split-K heuristic (scheduler "auto", split_k None). Decode shapes with a
+// long K launch fewer output tiles than the H100 has SMs, so most SMs idle
+// while a few stream whole K loops; splitting K spreads the weight stream
+// over idle SMs - where the measurement below shows that it pays.
 // ---------------------------------------------------------------------------
+// Measured on the H100 (docs/TUNING.md "Split-K", benchmarks/results/split_k_sweep_h100.json,
+// CUDA-graph replays, M in {1, 16, 32, 64, 128} on 4096x14336, 8192x28672, 8192x8192, 4096x4096):
+//   * only the 16-wide swap tile gains: 4096x14336 at M = 1 / 16 (32 tiles) runs 35.8 / 38.3 us
+//     data-parallel and 31.4-32.6 / 30.4-32.4 us split 2..6 ways (1.13x / 1.20x); 8 ways loses
+//     again (33.5 us). Every split count lands on the same ~31.5 us floor.
+//   * with 64 or more tiles (half the SMs) the data-parallel kernel already streams near the HBM
+//     rate (8192x28672, M = 1: 84.5 us = 2.78 TB/s) and every split is slower (2 ways: 0.93x;
+//     8192x8192: 0.97x), as is every split of the 64-wide tile at M = 32 / 64 (0.79-0.91x).
 struct SplitKPolicy {
-  // Split only when K has at least this many 128-wide K tiles:
+  // Split only while the data-parallel grid would leave two thirds of the SMs idle:
+  static constexpr int64_t kMaxTilesPerSmFraction = 3;  // tiles * 3 <= SMs
+  // only with at least this many 128-wide K tiles (K >= 8192; shorter K loops end before
+  // a split pays for its fix-up):
   static constexpr int64_t kMinKTiles = 64;
-  // and keep at least this many K tiles per split (so the fix-up, an int32
-  // tile written and read back per split, stays small beside the mainloop):
-  static constexpr int64_t kMinKTilesPerSplit = 16;
-  // Never more splits than this:
-  static constexpr int64_t kMaxSplits = 8;
+  // at most this many tokens (the 16-wide swap tile; wider tiles never gained):
+  static constexpr int64_t kMaxM = 16;
+  // and this many splits (2..6 measured equal within 3%; 4 fills 128 of 132 SMs at 32 tiles).
+  static constexpr int64_t kSplits = 4;
 };
 
 struct AutoPlan {
@@ -241,22 +251,16 @@ struct AutoPlan {
   int splits;
 };
 
-// What scheduler "auto" runs: the ladder's config, split where the policy
-// above says so (only the swap-AB decode configs can: M <= 64).
+// What scheduler "auto" runs: the ladder's config, split where the policy above says so.
 inline AutoPlan plan_auto(int64_t m, int64_t n, int64_t k, int sm_count) {
   const int config = select_config(m, n);
   const int64_t k_tiles = (k + 127) / 128;
-  if (config == kSwapN16DataParallel && k_tiles >= SplitKPolicy::kMinKTiles) {
-    // Above 16 tokens the 64-wide swap tile: one weight tile per 64 tokens
-    // instead of 4 (the 16-wide tile re-reads each weight tile per 16 tokens).
-    const bool wide = m > 16;
-    const int64_t token_tiles = wide ? (m + 63) / 64 : (m + 15) / 16;
-    const int64_t tiles = (n + 127) / 128 * token_tiles;
-    int64_t splits = sm_count / tiles;
-    if (splits > k_tiles / SplitKPolicy::kMinKTilesPerSplit) splits = k_tiles / SplitKPolicy::kMinKTilesPerSplit;
-    if (splits > SplitKPolicy::kMaxSplits) splits = SplitKPolicy::kMaxSplits;
-    if (splits >= 2) {
-      return {wide ? kSwapN64StreamK : kSwapN16StreamK, Decomposition::kSplitK, static_cast<int>(splits)};
+  if (config == kSwapN16DataParallel && m <= SplitKPolicy::kMaxM && k_tiles >= SplitKPolicy::kMinKTiles) {
+    const int64_t tiles = (n + 127) / 128;  // one 16-token column of 128-row weight tiles
+    if (tiles * SplitKPolicy::kMaxTilesPerSmFraction <= sm_count) {
+      int64_t splits = sm_count / tiles;
+      if (splits > SplitKPolicy::kSplits) splits = SplitKPolicy::kSplits;
+      return {kSwapN16StreamK, Decomposition::kSplitK, static_cast<int>(splits)};
     }
   }
   return {config, Decomposition::kDataParallel, 1};

@@ -110,8 +110,8 @@ def test_opcheck():
 
 
 def test_errors_name_the_op():
-    with pytest.raises(RuntimeError, match=r"quantize_per_token\(backend='cuda'\): x must be a CUDA tensor"):
-        torch.ops.w8a8.quantize_per_token_cuda(torch.randn(2, 8))
+    with pytest.raises(RuntimeError, match=r"quantize_per_token\(backend='cuda'\): x must be float32, float16 or bfloat16, got Char"):
+        torch.ops.w8a8.quantize_per_token_cuda(torch.ones(2, 8, dtype=torch.int8, device=DEV))
     with pytest.raises(RuntimeError, match=r"x's last dim must be contiguous"):
         torch.ops.w8a8.quantize_per_token_cuda(torch.randn(8, 2, device=DEV).t())
     with pytest.raises(RuntimeError, match=r"quantize_static\(backend='cuda'\): scale must hold one float32 value"):

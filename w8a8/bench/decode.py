@@ -3,10 +3,11 @@
     python benchmarks/bench_decode.py --out benchmarks/results/decode_h100.json
 
 * host time per layer call at M = 1 (4096 x 4096): bf16 ``nn.Linear``, ``W8A8Linear``
-  (the single C++ op on sm90) and ``W8A8Linear.forward_composed`` (quantize and
-  scaled_mm as separate, Python-validated ops). Measured as the wall time of issuing
-  CALLS calls back to back (fewer launches than the CUDA launch queue holds, so the
-  host, not the GPU, sets the pace), median of REPEATS.
+  (the single C++ op on sm90), ``W8A8Linear.forward_composed`` (quantize and
+  scaled_mm as separate, Python-validated ops) and the raw ops. Measured as the wall
+  time of issuing CALLS calls back to back behind a GPU sleep (so the GPU never
+  drains the queue and the host alone sets the pace; CALLS x launches stays below the
+  launch queue's depth), median of REPEATS.
 * one decode step (batch 1) of w8a8.demo's stack at Llama-3-8B widths (4 blocks, hidden
   4096, ffn 14336; ~1.9 GB of bf16 weights, far beyond L2), bf16 vs W8A8, as
   eager (wall time per step, synchronised), torch.compile (default mode, wall time),
@@ -39,11 +40,12 @@ def host_us_per_call(fn) -> float:
     samples = []
     for _ in range(REPEATS):
         torch.cuda.synchronize()
+        torch.cuda._sleep(50_000_000)  # ~30 ms of GPU time: longer than the loop below
         t0 = time.perf_counter()
         for _ in range(CALLS):
             fn()
         samples.append((time.perf_counter() - t0) / CALLS * 1e6)
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
     return statistics.median(samples)
 
 
@@ -89,8 +91,17 @@ def host_rows() -> list[dict]:
     x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
     rows = []
     with torch.inference_mode():
-        for name, fn in (("bf16 nn.Linear", lambda: lin(x)), ("W8A8Linear", lambda: layer(x)),
-                         ("W8A8Linear.forward_composed", lambda: layer.forward_composed(x))):
+        q, s = torch.ops.w8a8.quantize_per_token_cuda(x)
+        ops = torch.ops.w8a8
+        for name, fn in (("bf16 nn.Linear", lambda: lin(x)),
+                         ("bf16 F.linear", lambda: torch.nn.functional.linear(x, lin.weight)),
+                         ("W8A8Linear", lambda: layer(x)),
+                         ("W8A8Linear.forward_composed", lambda: layer.forward_composed(x)),
+                         ("op linear_cutlass", lambda: ops.linear_cutlass(x, layer.weight, layer.weight_scale,
+                                                                          None, None)),
+                         ("op quantize_per_token_cuda", lambda: ops.quantize_per_token_cuda(x)),
+                         ("op scaled_mm_cutlass", lambda: ops.scaled_mm_cutlass(q, layer.weight, s, layer.weight_scale,
+                                                                                None, torch.bfloat16))):
             rows.append({"what": "host time per call", "impl": name, "M": 1, "N": 4096, "K": 4096,
                          "us": round(host_us_per_call(fn), 2)})
     base = rows[0]["us"]
