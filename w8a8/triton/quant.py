@@ -13,10 +13,8 @@ The math is ``w8a8.reference`` and these kernels are bit-identical to it:
 
 Exactness notes, shared by both kernels:
 
-* Division is ``tl.math.div_rn`` (IEEE round to nearest) wherever its result is stored
-  (the scale) or could round differently (per-token codes next to a half-integer; the
-  others use a corrected reciprocal product, see ``_quantize_rows``). Triton's ``/`` on
-  fp32 lowers to an approximate division on NVIDIA GPUs and would not be bit-identical.
+* Division is ``tl.math.div_rn`` (IEEE round to nearest). Triton's ``/`` on fp32
+  lowers to an approximate division on NVIDIA GPUs and would not be bit-identical.
 * ``rint`` is the classic magic-number rounding ``(y + 1.5 * 2**23) - 1.5 * 2**23``:
   for |y| <= 2**22 the sum lands in [2**23, 2**24), where the fp32 spacing is 1, so
   the IEEE addition itself rounds y half to even and the subtraction is exact.
@@ -44,11 +42,6 @@ _QMIN = tl.constexpr(-128.0)
 _QMAX = tl.constexpr(127.0)
 _SYMMETRIC_QMAX = tl.constexpr(127.0)
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
-_FLT_MIN = tl.constexpr(1.1754943508222875e-38)  # smallest normal fp32
-# |y| <= 127.x on quantizable rows, where one fp32 ulp is <= 2**-17; the corrected product is
-# within ~1.5 ulp of the correctly rounded quotient, so a value farther than 2**-14 (8 ulp)
-# from a half-integer rounds the same way as the IEEE quotient would.
-_TIE_MARGIN = tl.constexpr(2.0**-14)
 _INF = tl.constexpr(float("inf"))
 # 1.5 * 2**23: adding it rounds any |y| <= 2**22 to an integer, half to even.
 _RINT_MAGIC = tl.constexpr(12582912.0)
@@ -156,23 +149,9 @@ def _row_stats(xf):
 
 @triton.jit
 def _quantize_rows(xf, safe_scale, quantizable):
-    """int8 codes of a [ROWS, BLOCK] tile; rows that are not quantizable give 0.
-
-    ``rint(x / scale)`` without an IEEE division per element: y = x * (1 / scale) with one
-    fma correction is within ~1 ulp of the quotient, so its rounding can differ from the
-    correctly rounded quotient's only next to a half-integer. Tiles holding such a value
-    (or a scale whose reciprocal is not a normal number) redo those values with
-    ``div_rn``, so the codes are bit-identical to the reference (see _TIE_MARGIN).
-    """
-    scale = safe_scale[:, None]
-    inv = tl.math.div_rn(1.0, safe_scale)[:, None]
-    y = xf * inv
-    y = tl.fma(tl.fma(-y, scale, xf), inv, y)
-    ay = tl.abs(y)
-    near = (tl.abs(ay - tl.floor(ay) - 0.5) <= _TIE_MARGIN) | (inv > _FLT_MAX) | (scale < _FLT_MIN)
-    if tl.max(near.to(tl.int32)) != 0:
-        y = tl.where(near, tl.math.div_rn(xf, scale), y)
-    r = _rint(y)  # |y| <= 127 (+ rounding) on quantizable rows
+    """int8 codes of a [ROWS, BLOCK] tile; rows that are not quantizable give 0."""
+    y = tl.math.div_rn(xf, safe_scale[:, None])  # |y| <= 127 (+ rounding) on quantizable rows
+    r = _rint(y)
     r = tl.minimum(tl.maximum(r, _QMIN), _QMAX)
     r = tl.where(quantizable[:, None], r, 0.0)  # also drops Inf/NaN before the int cast
     return r.to(tl.int8)
