@@ -29,6 +29,14 @@ def _stack(device, act_quant="dynamic"):
     return model, dtype
 
 
+def _assert_close_model_outputs(got, expected):
+    """Compiled vs eager stack: the int8 layers run the same kernels, but inductor fuses the
+    norms and activations around them in its own order (bf16 rounding), and a flipped
+    activation code moves an output by a quantization step. So: relative L2 error."""
+    rel = ((got.float() - expected.float()).norm() / expected.float().norm()).item()
+    assert rel < 0.02, rel
+
+
 def _inputs(m, device, dtype):
     return torch.randn(m, SIZE.hidden, device=device, dtype=dtype)
 
@@ -54,9 +62,7 @@ def test_compiled_stack_matches_eager_without_recompiling(device, act_quant):
     with torch.inference_mode():
         for m in (3, 17, 64, 5, 1):
             x = _inputs(m, device, dtype)
-            # The int8 layers run the same kernels compiled or not; inductor may fuse the
-            # norms and activations around them differently, so compare loosely.
-            torch.testing.assert_close(compiled(x), model(x), rtol=0.05, atol=0.05)
+            _assert_close_model_outputs(compiled(x), model(x))
             if m == 5:
                 assert counter.frame_count == 1, f"recompiled for M = 17, 64 or 5: {counter.frame_count} graphs"
     # Dynamo specializes size-1 dimensions: M = 1 (decode) gets its own graph, once.
@@ -71,7 +77,7 @@ def test_reduce_overhead_mode_matches_eager():
     with torch.inference_mode():
         for step in range(6):  # the first calls record, later ones replay the CUDA graph
             x = _inputs(4, "cuda", dtype)
-            torch.testing.assert_close(compiled(x).clone(), model(x), rtol=0.05, atol=0.05)
+            _assert_close_model_outputs(compiled(x).clone(), model(x))
 
 
 def _capture(model, static_x, stream=None, pool=None):

@@ -11,12 +11,21 @@ from w8a8 import backends, checks, ops, reference
 ACT_QUANT_MODES = ("dynamic", "static")
 
 
+# Up to this many tokens W8A8Linear runs as the single op w8a8::linear_cutlass (CUDA
+# quantizer + CUTLASS GEMM in one C++ call): decode, where host time dominates (H100:
+# 41 us host time per layer call composed of Python ops vs 36 us as one op; the CUDA and
+# Triton quantizers both take 4-8 us of GPU time at M <= 128). Above it the Triton
+# quantizer is faster on the GPU (M = 8192: 81% vs 61% of HBM at K = 4096) and the
+# layer runs the composed path.
+FUSED_MAX_TOKENS = 64
+
+
 @torch.compiler.assume_constant_result
 def _fused_route(device: torch.device, dtype: torch.dtype, backend: str | None, k: int, n: int) -> bool:
-    """Whether W8A8Linear's forward runs as the single op ``w8a8::linear_cutlass``: the
-    CUTLASS GEMM and the CUDA quantizer are what the layer would pick anyway on this
-    device, and the shape and dtype are ones CUTLASS takes (otherwise the composed path
-    below routes or raises with the usual messages). A constant under torch.compile."""
+    """Whether W8A8Linear's forward may run as the single op ``w8a8::linear_cutlass``: the
+    layer's GEMM backend is CUTLASS on this device, the CUDA quantizer is built for it, and
+    the shape and dtype are ones CUTLASS takes (otherwise the composed path routes or
+    raises with the usual messages). A constant under torch.compile."""
     return _fused_route_cached(device.type, device.index, dtype, backend, k, n)
 
 
@@ -27,7 +36,7 @@ def _fused_route_cached(device_type, device_index, dtype, backend, k, n) -> bool
     device = torch.device(device_type, device_index)
     return (
         backends.resolve(backend, device, "scaled_mm") == "cutlass"
-        and backends.resolve(None, device, "quantize_per_token") == "cuda"
+        and backends.unavailable_reason("cuda", device, "quantize_per_token") is None
         and checks.cutlass_shape_reason(k, n, dtype) is None
     )
 
@@ -149,8 +158,12 @@ class W8A8Linear(nn.Module):
             raise ValueError(
                 f"W8A8Linear: expected input [..., {self.in_features}], got shape {tuple(x.shape)}"
             )
-        if _fused_route(x.device, x.dtype, self.backend, self.in_features, self.out_features) and (
-            self.input_zero_point is None
+        # The route first: a constant, so the token-count test (a guard on M under
+        # torch.compile) is only reached where the single op exists.
+        if (
+            _fused_route(x.device, x.dtype, self.backend, self.in_features, self.out_features)
+            and self.input_zero_point is None
+            and x.numel() <= FUSED_MAX_TOKENS * self.in_features
         ):
             # One C++ op (quantize + CUTLASS GEMM): the inputs are checked there.
             return torch.ops.w8a8.linear_cutlass.default(
@@ -202,7 +215,7 @@ class W8A8Linear(nn.Module):
 
     def _quant_backend(self) -> str | None:
         # Quantization has no CUTLASS kernel: with backend="cutlass" the activations go
-        # through the fastest quantizer available (the compiled "cuda" one on sm90).
+        # through the default quantizer (see backends._PREFERENCE).
         return None if self.backend == "cutlass" else self.backend
 
     def dequantized_weight(self) -> torch.Tensor:
