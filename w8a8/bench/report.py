@@ -107,7 +107,7 @@ LINEAR_IMPLS = ["W8A8Linear cutlass", "W8A8Linear triton"]
 
 def main() -> int:
     kern, lin = load("scaled_mm_h100.json"), load("linear_h100.json")
-    for name in ("scaled_mm_h100", "linear_h100", "quant_h100"):
+    for name in ("scaled_mm_h100", "linear_h100", "quant_h100", "split_k_h100", "decode_h100"):
         harness.write_csv(load(f"{name}.json")["rows"], str(RESULTS / f"{name}.csv"))
     plots = plot_speedups(kern, KERNEL_IMPLS[:3], DOCS / "speedup_scaled_mm_h100.png", "scaled_mm kernel (int8 in) vs bf16 F.linear, H100")
     plots &= plot_speedups(lin, LINEAR_IMPLS, DOCS / "speedup_linear_h100.png", "W8A8Linear end to end vs bf16 F.linear, H100")
@@ -115,6 +115,41 @@ def main() -> int:
     (DOCS / "PERFORMANCE.md").write_text(render_markdown(plots))
     print(f"wrote {DOCS / 'PERFORMANCE.md'}")
     return 0
+
+
+def split_k_section() -> list[str]:
+    """The K decompositions of the CUTLASS kernel against data-parallel (benchmarks/bench_split_k.py)."""
+    rows = load("split_k_h100.json")["rows"]
+    impls = [i for i in dict.fromkeys(r["impl"] for r in rows) if i.startswith("cutlass")]
+    head = "| N x K | M | DP tiles | " + " | ".join(i.replace("cutlass ", "") for i in impls) + " |"
+    lines = ["## Split-K / stream-K (CUTLASS, int8 in; x data-parallel, us in brackets)", "",
+             "`python benchmarks/bench_split_k.py --out benchmarks/results`. 'default' is the heuristic "
+             "(`split_k=None`); 'DP tiles' the output tiles the data-parallel config launches (132 SMs). "
+             "The sweep behind the heuristic is `benchmarks/results/split_k_sweep_h100.json` (docs/TUNING.md).", "",
+             head, "|" + "---|" * (3 + len(impls))]
+    for key in dict.fromkeys((r["N"], r["K"], r["M"]) for r in rows):
+        cells = {r["impl"]: r for r in rows if (r["N"], r["K"], r["M"]) == key}
+        dp = cells["cutlass data-parallel"]
+        lines.append(f"| {key[0]} x {key[1]} | {key[2]} | {dp['dp_tiles']} | " + " | ".join(
+            f"{cells[i]['x_dp']:.2f} ({cells[i]['us']:.1f})" if i in cells else "-" for i in impls) + " |")
+    return lines + [""]
+
+
+def decode_section() -> list[str]:
+    """Host time per layer call and decode-step times (benchmarks/bench_decode.py)."""
+    rows = load("decode_h100.json")["rows"]
+    lines = ["## Dispatch overhead and decode steps", "",
+             "`python benchmarks/bench_decode.py --out benchmarks/results/decode_h100.json` (docs/INFERENCE.md).", "",
+             "| host time per call, M = 1, 4096 x 4096 | us | x bf16 nn.Linear |", "|---|---|---|"]
+    lines += [f"| {r['impl']} | {r['us']:.1f} | {r['x_bf16_host']} |" for r in rows if r["what"] == "host time per call"]
+    lines += ["", "| decode step, batch 1, 4 blocks of Llama-3-8B widths | bf16 ms | w8a8 ms | speed-up |",
+              "|---|---|---|---|"]
+    steps = [r for r in rows if r["what"].startswith("decode step")]
+    for pattern in dict.fromkeys(r["pattern"] for r in steps):
+        bf16 = next(r for r in steps if r["pattern"] == pattern and r["impl"] == "bf16")
+        w8 = next(r for r in steps if r["pattern"] == pattern and r["impl"] == "w8a8")
+        lines.append(f"| {pattern} | {bf16['ms']:.3f} | {w8['ms']:.3f} | {w8['x_bf16']:.2f}x |")
+    return lines + [""]
 
 
 def render_markdown(plots: bool = True) -> str:
@@ -179,12 +214,18 @@ def render_markdown(plots: bool = True) -> str:
         "",
         "![end-to-end speed-ups](speedup_linear_h100.png)" if plots else "",
         "",
-        "## Activation quantization (Triton, per token, bf16 in)",
+        "## Activation quantization (per token, bf16 in)",
         "",
-        "| M | K | us | GB/s | % of HBM read |",
-        "|---|---|---|---|---|",
-        *[f"| {r['M']} | {r['K']} | {r['us']:.1f} | {r['gbps']:.0f} | {r['pct_hbm']} |" for r in quant["rows"]],
+        "`python benchmarks/bench_quant.py`: the Triton kernel (the default quantizer) and the CUDA one "
+        "(`csrc/quantize.cu`, used inside W8A8Linear's single-op path up to 64 tokens).",
         "",
+        "| kernel | M | K | us | GB/s | % of HBM read |",
+        "|---|---|---|---|---|---|",
+        *[f"| {r['op'].split()[-1]} | {r['M']} | {r['K']} | {r['us']:.1f} | {r['gbps']:.0f} | {r['pct_hbm']} |"
+          for r in quant["rows"]],
+        "",
+        *split_k_section(),
+        *decode_section(),
         "## All kernel rows",
         "",
         detail_table(kern),
