@@ -109,19 +109,35 @@ __device__ __forceinline__ void reduce_row(float& amax, bool& bad) {
 // normal number (exact_row), take __fdiv_rn. Bit-identical to the reference either way.
 constexpr float kTieMargin = 1.0f / 16384.0f;  // 2^-14
 
+// A row's scale, from its finite amax and whether it holds Inf/NaN (the reference's rules).
+struct RowScale {
+  float stored;     // what scale[row] holds: amax / 127, NaN for a row with Inf/NaN
+  bool quantizable; // finite and not all zero; other rows quantize to 0
+  float divisor;    // the scale codes divide by (1 where not quantizable)
+  float inv;        // 1 / divisor, for the corrected reciprocal product
+  bool exact_row;   // the reciprocal is not a normal number: divide every value
+
+  __device__ __forceinline__ RowScale(float amax, bool bad) {
+    const float scale = __fdiv_rn(amax, kSymmetricQMax);
+    stored = bad ? __int_as_float(0x7fc00000) : scale;
+    quantizable = !bad && amax > 0.0f;
+    divisor = quantizable ? scale : 1.0f;
+    inv = __fdiv_rn(1.0f, divisor);
+    exact_row = !(inv <= FLT_MAX) || divisor < FLT_MIN;
+  }
+};
+
 template <int kVec>
-__device__ __forceinline__ Codes<kVec> quantize_per_token_codes(const float (&v)[kVec], float scale,
-                                                                float inv_scale, bool exact_row,
-                                                                bool quantizable) {
+__device__ __forceinline__ Codes<kVec> quantize_per_token_codes(const float (&v)[kVec], const RowScale& rs) {
   Codes<kVec> codes;
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    float y = v[i] * inv_scale;
-    y = fmaf(fmaf(-y, scale, v[i]), inv_scale, y);
+    float y = v[i] * rs.inv;
+    y = fmaf(fmaf(-y, rs.divisor, v[i]), rs.inv, y);
     const float ay = fabsf(y);
-    if (exact_row || fabsf(ay - floorf(ay) - 0.5f) <= kTieMargin) y = __fdiv_rn(v[i], scale);
+    if (rs.exact_row || fabsf(ay - floorf(ay) - 0.5f) <= kTieMargin) y = __fdiv_rn(v[i], rs.divisor);
     const float r = fminf(fmaxf(rintf(y), kQMin), kQMax);
-    codes.v[i] = quantizable ? static_cast<int8_t>(r) : int8_t(0);
+    codes.v[i] = rs.quantizable ? static_cast<int8_t>(r) : int8_t(0);
   }
   return codes;
 }
@@ -165,17 +181,13 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
       }
     }
     reduce_row<kThreadsPerRow>(amax, bad);
-    const float scale = __fdiv_rn(amax, kSymmetricQMax);
-    const bool quantizable = !bad && amax > 0.0f;
-    const float safe = quantizable ? scale : 1.0f;
-    const float inv = __fdiv_rn(1.0f, safe);
-    const bool exact_row = !(inv <= FLT_MAX) || safe < FLT_MIN;
-    if (row_ok && lane == 0) scale_out[row] = bad ? __int_as_float(0x7fc00000) : scale;
+    const RowScale rs(amax, bad);
+    if (row_ok && lane == 0) scale_out[row] = rs.stored;
 #pragma unroll
     for (int j = 0; j < kMaxVecs; ++j) {
       const int64_t idx = lane + int64_t(j) * kThreadsPerRow;
       if (row_ok && idx < vecs) {
-        store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v[j], safe, inv, exact_row, quantizable));
+        store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v[j], rs));
       }
     }
   } else {
@@ -185,17 +197,13 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
       accumulate(v);
     }
     reduce_row<kThreadsPerRow>(amax, bad);
-    const float scale = __fdiv_rn(amax, kSymmetricQMax);
-    const bool quantizable = !bad && amax > 0.0f;
-    const float safe = quantizable ? scale : 1.0f;
-    const float inv = __fdiv_rn(1.0f, safe);
-    const bool exact_row = !(inv <= FLT_MAX) || safe < FLT_MIN;
+    const RowScale rs(amax, bad);
     if (!row_ok) return;  // after the last block-wide reduction
-    if (lane == 0) scale_out[row] = bad ? __int_as_float(0x7fc00000) : scale;
+    if (lane == 0) scale_out[row] = rs.stored;
     for (int64_t idx = lane; idx < vecs; idx += kThreadsPerRow) {
       float v[kVec];
       load<T, kVec>(xr + idx * kVec, v);
-      store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v, safe, inv, exact_row, quantizable));
+      store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v, rs));
     }
   }
 }

@@ -154,11 +154,9 @@ at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at:
   }
   W8A8_CHECK(config_id >= -1 && config_id < scaled_mm_sm90_num_configs(),
              "config_id must be -1 (heuristic) or one of ", config_list(), "; got ", config_id);
-  {
-    ScaledMmSm90Params probe;  // K known: validate split_k / scheduler before any early return
-    probe.k = k;
-    set_split(probe, split_k, scheduler);
-  }
+  ScaledMmSm90Params params;
+  params.k = k;  // K known: split_k / scheduler are checked before any early return
+  set_split(params, split_k, scheduler);
 
   const c10::cuda::CUDAGuard device_guard(device);
   if (m == 0 || n == 0) return at::empty({m, n}, a.options().dtype(out_dtype));
@@ -192,7 +190,6 @@ at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at:
 
   at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
 
-  ScaledMmSm90Params params;
   params.a = a.data_ptr<int8_t>();
   params.b = b.data_ptr<int8_t>();
   params.out = out.data_ptr();
@@ -210,7 +207,6 @@ at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at:
   params.ldb = ldb;
   params.ldd = out.stride(0);
   params.config_id = static_cast<int>(config_id);
-  set_split(params, split_k, scheduler);
   params.device_id = device.index();
   params.sm_count = info.sm_count;
 

@@ -66,3 +66,24 @@ def poison_allocator(nbytes: int, device) -> None:
     """
     blocks = [torch.full((max(nbytes, 1),), 0xFF, dtype=torch.uint8, device=device) for _ in range(4)]
     del blocks
+
+
+def rows_with_spread(r: int, k: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Gaussian rows, each with its own magnitude over ~8 decades, cast to dtype."""
+    mag = torch.exp2(torch.empty(r, 1, device=device).uniform_(-14, 12))
+    return (torch.randn(r, k, device=device) * mag).to(dtype)
+
+
+def plant_special_rows(x: torch.Tensor) -> torch.Tensor:
+    """Rows 0..4 (those that exist) become: zero, one NaN, +Inf, -Inf, Inf and NaN."""
+    x = x.clone()
+    k = x.shape[-1]
+    rows = x.view(-1, k)
+    specials = [None, [float("nan")], [float("inf")], [float("-inf")], [float("inf"), float("nan")]]
+    for i, vals in enumerate(specials[: rows.shape[0]]):
+        if vals is None:
+            rows[i] = 0
+        else:
+            for j, v in enumerate(vals):
+                rows[i, (j * 7 + i) % k] = v
+    return x

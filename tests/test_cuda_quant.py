@@ -7,7 +7,7 @@ import torch
 
 import w8a8
 from w8a8 import backends, reference
-from helpers import poison_allocator
+from helpers import plant_special_rows, poison_allocator, rows_with_spread
 
 pytestmark = pytest.mark.sm90
 
@@ -27,17 +27,8 @@ def _need_cuda_backend():
 
 
 def _rows(r, k, dtype):
-    """Gaussian rows over ~8 decades of magnitude, rows 0..4: zero, NaN, +Inf, -Inf, Inf and NaN."""
-    x = torch.randn(r, k, device=DEV) * torch.exp2(torch.empty(r, 1, device=DEV).uniform_(-14, 12))
-    x = x.to(dtype)
-    specials = [None, [float("nan")], [float("inf")], [float("-inf")], [float("inf"), float("nan")]]
-    for i, vals in enumerate(specials[:r]):
-        if vals is None:
-            x[i] = 0
-        else:
-            for j, v in enumerate(vals):
-                x[i, (j * 7 + i) % k] = v
-    return x
+    """Rows over ~8 decades of magnitude; rows 0..4: zero, NaN, +Inf, -Inf, Inf and NaN."""
+    return plant_special_rows(rows_with_spread(r, k, dtype, DEV))
 
 
 def _check_per_token(x):

@@ -37,6 +37,8 @@ if not (HAS_CUDA or INTERPRET):
 pytest.importorskip("triton")
 
 from w8a8 import reference  # noqa: E402
+import helpers  # noqa: E402
+from helpers import plant_special_rows  # noqa: E402
 
 quant = importlib.import_module("w8a8.triton.quant")
 # By module path: the package's `scaled_mm` attribute is the function, not the module.
@@ -106,24 +108,7 @@ def check_per_token(x: torch.Tensor, config: quant.PerTokenConfig | None = None)
 
 
 def rows_with_spread(r: int, k: int, dtype: torch.dtype) -> torch.Tensor:
-    """Gaussian rows, each with its own magnitude over ~8 decades, cast to dtype."""
-    mag = torch.exp2(torch.empty(r, 1, device=DEVICE).uniform_(-14, 12))
-    return (torch.randn(r, k, device=DEVICE) * mag).to(dtype)
-
-
-def plant_special_rows(x: torch.Tensor) -> torch.Tensor:
-    """Rows 0..4 (those that exist) become: zero, one NaN, +Inf, -Inf, Inf and NaN."""
-    x = x.clone()
-    k = x.shape[-1]
-    rows = x.view(-1, k)
-    specials = [None, [float("nan")], [float("inf")], [float("-inf")], [float("inf"), float("nan")]]
-    for i, vals in enumerate(specials[: rows.shape[0]]):
-        if vals is None:
-            rows[i] = 0
-        else:
-            for j, v in enumerate(vals):
-                rows[i, (j * 7 + i) % k] = v
-    return x
+    return helpers.rows_with_spread(r, k, dtype, DEVICE)
 
 
 # --- per-token quantization ----------------------------------------------------------------------

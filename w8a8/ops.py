@@ -186,8 +186,6 @@ def scaled_mm(
     checks.check_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype, chosen)
     checks.check_split("scaled_mm", split_k, scheduler, backend, k=a.shape[1])
     if chosen == "cutlass":
-        if split_k is None and scheduler == "auto":  # the schema defaults: the shortest dispatch
-            return torch.ops.w8a8.scaled_mm_cutlass.default(a, b, a_scale, b_scale, bias, out_dtype)
         return torch.ops.w8a8.scaled_mm_cutlass.default(a, b, a_scale, b_scale, bias, out_dtype, -1, split_k, scheduler)
     return _op("scaled_mm", chosen)(a, b, a_scale, b_scale, bias, out_dtype)
 

@@ -5,6 +5,8 @@ the module end to end, activation quantization included.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
@@ -30,28 +32,56 @@ def _int_mm_dequant_compiled():
     return _compiled["fn"]
 
 
+@dataclasses.dataclass
+class Operands:
+    """Random operands of one (M, N, K), the weights in ``n_sets`` rotated copies."""
+
+    n_sets: int
+    w_bf16: list[torch.Tensor]
+    w_q: list[torch.Tensor]
+    w_s: list[torch.Tensor]
+    x: torch.Tensor
+    a_q: torch.Tensor
+    a_s: torch.Tensor
+    int8_bytes: int  # bytes an int8 GEMM with the fused epilogue moves (bf16 out)
+
+
+def operands(m: int, n: int, k: int, device) -> Operands:
+    n_sets = harness.rotation_count(2 * n * k, device)  # by the bf16 weights, the larger of the two
+    return Operands(
+        n_sets=n_sets,
+        w_bf16=[torch.randn(n, k, device=device, dtype=torch.bfloat16) * k**-0.5 for _ in range(n_sets)],
+        w_q=[torch.randint(-128, 128, (n, k), dtype=torch.int8, device=device) for _ in range(n_sets)],
+        w_s=[torch.rand(n, device=device) * 1e-3 + 1e-4 for _ in range(n_sets)],
+        x=torch.randn(m, k, device=device, dtype=torch.bfloat16),
+        a_q=torch.randint(-128, 128, (m, k), dtype=torch.int8, device=device),
+        a_s=torch.rand(m, 1, device=device) * 1e-2 + 1e-3,
+        int8_bytes=m * k + n * k + 2 * m * n + 4 * (m + n),
+    )
+
+
+def bf16_row(ops: Operands, m: int, n: int, k: int, ceilings: dict, device) -> tuple[dict, float]:
+    """The baseline row (bf16 F.linear on the same shape, in the same run) and its us per call."""
+    t = harness.time_calls([lambda i=i: F.linear(ops.x, ops.w_bf16[i]) for i in range(ops.n_sets)], device)
+    row = harness.gemm_row("bf16 F.linear", m, n, k, t, 2 * (m * k + n * k + m * n), ceilings, t.us,
+                           peak_key="bf16_flops")
+    return row, t.us
+
+
 def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, device="cuda",
                 config_ids=(-1,)) -> list[dict]:
     """Rows for one (M, N, K): bf16 F.linear first, then each requested implementation."""
-    n_sets = harness.rotation_count(2 * n * k, device)  # by the bf16 weights, the larger of the two
-    w_bf16 = [torch.randn(n, k, device=device, dtype=torch.bfloat16) * k**-0.5 for _ in range(n_sets)]
-    w_q = [torch.randint(-128, 128, (n, k), dtype=torch.int8, device=device) for _ in range(n_sets)]
-    w_s = [torch.rand(n, device=device) * 1e-3 + 1e-4 for _ in range(n_sets)]
-    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-    a_q = torch.randint(-128, 128, (m, k), dtype=torch.int8, device=device)
-    a_s = torch.rand(m, 1, device=device) * 1e-2 + 1e-3
-    rows = []
-    bf16 = harness.time_calls([lambda i=i: F.linear(x, w_bf16[i]) for i in range(n_sets)], device)
-    rows.append(harness.gemm_row("bf16 F.linear", m, n, k, bf16, 2 * (m * k + n * k + m * n), ceilings, bf16.us,
-                                 peak_key="bf16_flops"))
-    int8_bytes = m * k + n * k + 2 * m * n + 4 * (m + n)
+    ops = operands(m, n, k, device)
+    n_sets, w_q, w_s, a_q, a_s, int8_bytes = ops.n_sets, ops.w_q, ops.w_s, ops.a_q, ops.a_s, ops.int8_bytes
+    bf16, bf16_us = bf16_row(ops, m, n, k, ceilings, device)
+    rows = [bf16]
     if INT_MM in backends and m > 16 and torch.device(device).type == "cuda":
         t = harness.time_calls([lambda i=i: torch._int_mm(a_q, w_q[i].t()) for i in range(n_sets)], device)
         rows.append(harness.gemm_row("torch._int_mm (int32 out, no dequant)", m, n, k, t,
-                                     m * k + n * k + 4 * m * n, ceilings, bf16.us))
+                                     m * k + n * k + 4 * m * n, ceilings, bf16_us))
         for name, fn in (("eager", _int_mm_dequant), ("compiled", _int_mm_dequant_compiled())):
             t = harness.time_calls([lambda i=i, f=fn: f(a_q, w_q[i], a_s, w_s[i]) for i in range(n_sets)], device)
-            rows.append(harness.gemm_row(f"torch._int_mm + dequant ({name})", m, n, k, t, int8_bytes, ceilings, bf16.us))
+            rows.append(harness.gemm_row(f"torch._int_mm + dequant ({name})", m, n, k, t, int8_bytes, ceilings, bf16_us))
     for backend in (b for b in backends if b != INT_MM):
         for cid in config_ids if backend == "cutlass" else (-1,):
             if cid == -1:
@@ -61,5 +91,5 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, dev
                 fn = lambda i, c=cid: torch.ops.w8a8.scaled_mm_cutlass(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16, c)
                 name = f"w8a8 cutlass config {cid}"
             t = harness.time_calls([lambda i=i, f=fn: f(i) for i in range(n_sets)], device)
-            rows.append(harness.gemm_row(name, m, n, k, t, int8_bytes, ceilings, bf16.us))
+            rows.append(harness.gemm_row(name, m, n, k, t, int8_bytes, ceilings, bf16_us))
     return rows

@@ -15,10 +15,9 @@ tiles the data-parallel config launches; below the SM count, SMs idle without a 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 import w8a8
-from w8a8.bench import harness
+from w8a8.bench import harness, scaled_mm
 
 # The grid: decode and small-batch shapes of Llama-3 8B/70B down and square projections.
 SHAPES = [(4096, 14336), (8192, 28672), (8192, 8192), (4096, 4096)]
@@ -40,22 +39,13 @@ def dp_tiles(m: int, n: int, k: int) -> int | None:
 
 
 def bench_shape(m: int, n: int, k: int, ceilings: dict, device="cuda", sweep: bool = False) -> list[dict]:
-    n_sets = harness.rotation_count(2 * n * k, device)
-    w_bf16 = [torch.randn(n, k, device=device, dtype=torch.bfloat16) * k**-0.5 for _ in range(n_sets)]
-    w_q = [torch.randint(-128, 128, (n, k), dtype=torch.int8, device=device) for _ in range(n_sets)]
-    w_s = [torch.rand(n, device=device) * 1e-3 + 1e-4 for _ in range(n_sets)]
-    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-    a_q = torch.randint(-128, 128, (m, k), dtype=torch.int8, device=device)
-    a_s = torch.rand(m, 1, device=device) * 1e-2 + 1e-3
-    int8_bytes = m * k + n * k + 2 * m * n + 4 * (m + n)
+    ops = scaled_mm.operands(m, n, k, device)
     k_tiles = -(-k // 128)
-
-    bf16 = harness.time_calls([lambda i=i: F.linear(x, w_bf16[i]) for i in range(n_sets)], device)
-    rows = [harness.gemm_row("bf16 F.linear", m, n, k, bf16, 2 * (m * k + n * k + m * n), ceilings, bf16.us,
-                             peak_key="bf16_flops")]
+    bf16, bf16_us = scaled_mm.bf16_row(ops, m, n, k, ceilings, device)
+    rows = [bf16]
 
     def op(i, config_id=-1, split_k=None, scheduler="auto"):
-        return torch.ops.w8a8.scaled_mm_cutlass(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16,
+        return torch.ops.w8a8.scaled_mm_cutlass(ops.a_q, ops.w_q[i], ops.a_s, ops.w_s[i], None, torch.bfloat16,
                                                 config_id, split_k, scheduler)
 
     variants = [("cutlass data-parallel", {"split_k": 1}), ("cutlass default", {}),
@@ -69,8 +59,8 @@ def bench_shape(m: int, n: int, k: int, ceilings: dict, device="cuda", sweep: bo
     tiles = dp_tiles(m, n, k)
     dp_us = None
     for name, kwargs in variants:
-        t = harness.time_calls([lambda i=i, kw=kwargs: op(i, **kw) for i in range(n_sets)], device)
-        row = harness.gemm_row(name, m, n, k, t, int8_bytes, ceilings, bf16.us)
+        t = harness.time_calls([lambda i=i, kw=kwargs: op(i, **kw) for i in range(ops.n_sets)], device)
+        row = harness.gemm_row(name, m, n, k, t, ops.int8_bytes, ceilings, bf16_us)
         config, mode, splits = w8a8.cutlass_plan(m, n, k, kwargs.get("split_k"), kwargs.get("scheduler", "auto"),
                                                  kwargs.get("config_id", -1))
         dp_us = dp_us or t.us  # the data-parallel row is timed first
