@@ -1,7 +1,8 @@
 """Build script for w8a8.
 
-Where torch is a CUDA build and nvcc is found, the CUDA extension ``w8a8._C``
-is built from the explicit source lists below; elsewhere the pure-Python
+Where torch is a CUDA build and nvcc is found, the CUDA extensions ``w8a8._C``
+(sm90) and ``w8a8._C_sm80`` (Ampere / Ada) are built from the explicit source
+lists below; elsewhere the pure-Python
 package (reference and Triton backends) is installed and one line says so.
 Install with ``pip install --no-build-isolation -e .`` so the build sees the
 torch you run with.
@@ -25,6 +26,21 @@ SM90_SOURCES = [
     "csrc/scaled_mm_sm90_coop_streamk.cu",
     "csrc/quantize.cu",  # activation quantizers (plain CUDA; built for sm_90a with the rest for now)
 ]
+# Ampere / Ada sources (mma.sync): the extension w8a8._C_sm80, compiled for each
+# arch of SM80_ARCHS; sm_90 SASS of the same kernels lets an H100 run this path
+# (backend="cutlass_sm80"). Keep in step with cutlass_sm80_archs() in the binding.
+SM80_SOURCES = [
+    "csrc/scaled_mm_sm80_bindings.cpp",
+    "csrc/scaled_mm_sm80.cu",
+    "csrc/scaled_mm_sm80_m16.cu",
+    "csrc/scaled_mm_sm80_m32.cu",
+    "csrc/scaled_mm_sm80_m64.cu",
+    "csrc/scaled_mm_sm80_m128.cu",
+    "csrc/scaled_mm_sm80_large.cu",
+    "csrc/scaled_mm_sm80_m96.cu",
+    "csrc/scaled_mm_sm80_m80.cu",
+]
+SM80_ARCHS = ["80", "86", "89", "90"]
 # Host-side torch bindings: the thin layer that checks tensors and calls the kernels.
 BINDING_SOURCES = [
     "csrc/torch_bindings.cpp",
@@ -63,23 +79,29 @@ def _cuda_extension():
         "-DNDEBUG",
         "-std=c++17",
         "--expt-relaxed-constexpr",
-        "-gencode=arch=compute_90a,code=sm_90a",
         "-DCUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL=1",
         "-Xptxas=--warn-on-spills",
     ]
-    ext = CUDAExtension(
-        name="w8a8._C",
-        sources=BINDING_SOURCES + SM90_SOURCES,
+    sm90 = ["-gencode=arch=compute_90a,code=sm_90a"]
+    # compute_80 PTX for the sm_90 pass too: the same mma.sync kernels, not a Hopper build of them.
+    sm80 = [f"-gencode=arch=compute_{a if a != '90' else '80'},code=sm_{a}" for a in SM80_ARCHS] + ["--threads=4"]
+    common = dict(
         include_dirs=[str(ROOT / "csrc")] + _cutlass_include_dirs(),
-        extra_compile_args={"cxx": ["-O3", "-DNDEBUG", "-std=c++17"], "nvcc": nvcc_flags},
         libraries=["cuda"],
     )
-    return ext, BuildExtension, None
+    cxx = ["-O3", "-DNDEBUG", "-std=c++17"]
+    exts = [
+        CUDAExtension(name="w8a8._C", sources=BINDING_SOURCES + SM90_SOURCES,
+                      extra_compile_args={"cxx": cxx, "nvcc": nvcc_flags + sm90}, **common),
+        CUDAExtension(name="w8a8._C_sm80", sources=SM80_SOURCES,
+                      extra_compile_args={"cxx": cxx, "nvcc": nvcc_flags + sm80}, **common),
+    ]
+    return exts, BuildExtension, None
 
 
 ext, build_ext, why_not = _cuda_extension()
 if ext is None:
-    print(f"w8a8: installing the pure-Python package without w8a8._C: {why_not}.")
+    print(f"w8a8: installing the pure-Python package without w8a8._C / w8a8._C_sm80: {why_not}.")
 
 setup(
     name="w8a8",
@@ -95,7 +117,7 @@ setup(
         # compressed-tensors: the tests check our checkpoints against the library that defines the format.
         "test": ["pytest", "numpy", "hypothesis", "transformers", "compressed-tensors==0.20.0"],
     },
-    ext_modules=[ext] if ext is not None else [],
+    ext_modules=ext or [],
     cmdclass={"build_ext": build_ext} if build_ext is not None else {},
     zip_safe=False,
 )

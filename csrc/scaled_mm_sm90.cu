@@ -82,34 +82,11 @@ void require(bool ok, const char* what, const std::string& actual) {
   if (!ok) fail(std::string("expected ") + what + ", got " + actual);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-std::string ptr_str(const void* p) {
-  return "address " + std::to_string(reinterpret_cast<uintptr_t>(p));
-}
-
 // The binding checks the same rules with the op's wording first; these keep
 // non-torch callers from launching on shapes the kernels cannot serve.
 void check_params(const ScaledMmSm90Params& p) {
-  require(p.m > 0 && p.n > 0 && p.k > 0, "M, N, K > 0",
-          "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k));
-  const int64_t kIntMax = 2147483647;
-  require(p.m <= kIntMax && p.n <= kIntMax && p.k <= kIntMax, "M, N, K < 2^31",
-          "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k));
-  require(p.k % 16 == 0, "K % 16 == 0 (16-byte int8 rows for TMA)", "K=" + std::to_string(p.k));
-  require(p.n % 8 == 0, "N % 8 == 0 (16-byte output rows for TMA)", "N=" + std::to_string(p.n));
-  require(p.lda >= p.k && p.lda % 16 == 0, "lda >= K and lda % 16 == 0", "lda=" + std::to_string(p.lda));
-  require(p.ldb >= p.k && p.ldb % 16 == 0, "ldb >= K and ldb % 16 == 0", "ldb=" + std::to_string(p.ldb));
-  require(p.ldd >= p.n && p.ldd % 8 == 0, "ldd >= N and ldd % 8 == 0", "ldd=" + std::to_string(p.ldd));
-  require(p.a && aligned16(p.a), "a non-null and 16-byte aligned", ptr_str(p.a));
-  require(p.b && aligned16(p.b), "b non-null and 16-byte aligned", ptr_str(p.b));
-  require(p.out && aligned16(p.out), "out non-null and 16-byte aligned", ptr_str(p.out));
-  require(p.a_scale != nullptr && p.b_scale != nullptr, "non-null a_scale and b_scale", "a null pointer");
-  require((p.bias_kind == ScaledMmBias::kNone) == (p.bias == nullptr),
-          "a bias pointer iff bias_kind != kNone",
-          "bias_kind=" + std::to_string(int(p.bias_kind)) + (p.bias ? " with" : " without") + " a pointer");
-  require(p.out_dtype == ScaledMmOutDtype::kBFloat16 || p.out_dtype == ScaledMmOutDtype::kFloat16,
-          "out_dtype bf16 or fp16", std::to_string(int(p.out_dtype)));
+  const std::string problem_error = scaled_mm_problem_error(p);
+  if (!problem_error.empty()) fail(problem_error);
   require(p.config_id >= -1 && p.config_id < sm90::kNumConfigs,
           ("config_id in [-1, " + std::to_string(sm90::kNumConfigs - 1) + "]").c_str(),
           std::to_string(p.config_id));

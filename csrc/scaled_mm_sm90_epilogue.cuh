@@ -39,35 +39,11 @@
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 #include <cutlass/numeric_conversion.h>
 
+#include "scaled_mm_dequant.cuh"
+
 namespace w8a8::sm90 {
 
-// The per-element math of the contract. Inputs arrive already widened to
-// fp32 (acc by round-to-nearest int32 -> fp32, bias exactly). At most one of
-// the two bias inputs is present; the absent one reads as -0 and x + (-0) is
-// exactly x for every x, so the sum equals the single-bias formula bit for bit.
-template <class T>
-struct DequantizeFn {
-  CUTLASS_HOST_DEVICE T operator()(T acc, T b_scale, T a_scale, T bias_f32, T bias_out) const {
-    return (a_scale * (b_scale * acc) + bias_f32) + bias_out;
-  }
-};
-
-template <int N>
-struct DequantizeFn<cutlass::Array<float, N>> {
-  CUTLASS_DEVICE cutlass::Array<float, N> operator()(
-      cutlass::Array<float, N> const& acc, cutlass::Array<float, N> const& b_scale,
-      cutlass::Array<float, N> const& a_scale, cutlass::Array<float, N> const& bias_f32,
-      cutlass::Array<float, N> const& bias_out) const {
-    cutlass::Array<float, N> out;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) {
-      // __f*_rn: rounded to nearest and excluded from FMA contraction.
-      float v = __fmul_rn(a_scale[i], __fmul_rn(b_scale[i], acc[i]));
-      out[i] = __fadd_rn(__fadd_rn(v, bias_f32[i]), bias_out[i]);
-    }
-    return out;
-  }
-};
+using ::w8a8::DequantizeFn;
 
 // kSwapAB: see "Orientation" above. TileShape: the CTA tile (M, N, K) of the
 // GEMM as CUTLASS sees it (after the swap).

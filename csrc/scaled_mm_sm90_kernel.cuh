@@ -23,6 +23,7 @@
 #include <cutlass/gemm/kernel/tile_scheduler_detail.hpp>
 #include <cutlass/kernel_hardware_info.h>
 
+#include "cutlass_status.cuh"
 #include "scaled_mm_sm90.h"
 #include "scaled_mm_sm90_configs.cuh"
 #include "scaled_mm_sm90_epilogue.cuh"
@@ -111,16 +112,7 @@ struct ScaledMmSm90Gemm {
 
 namespace detail {
 
-inline void throw_if_failed(cutlass::Status status, const char* step) {
-  if (status != cutlass::Status::kSuccess) {
-    std::string message = std::string("CUTLASS ") + step + " failed: " + cutlassGetStatusString(status);
-    cudaError_t error = cudaGetLastError();
-    if (error != cudaSuccess) {
-      message += std::string(" (CUDA: ") + cudaGetErrorString(error) + ")";
-    }
-    throw std::runtime_error(message);
-  }
-}
+using ::w8a8::throw_if_failed;
 
 // CUTLASS's persistent schedulers pad the tile grid of each mode to a
 // multiple of (swizzle x cluster) and run the padded tiles (TMA zero-fills

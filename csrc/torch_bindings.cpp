@@ -44,11 +44,13 @@
 #include "torch_device_info.h"
 #include "torch_messages.h"
 #include "torch_ops.h"
+#include "torch_scaled_mm_args.h"
 
 namespace w8a8 {
 namespace {
 
-#define W8A8_CHECK(cond, ...) W8A8_OP_CHECK("w8a8.scaled_mm(backend='cutlass')", cond, __VA_ARGS__)
+constexpr const char* kOp = "w8a8.scaled_mm(backend='cutlass')";
+#define W8A8_CHECK(cond, ...) W8A8_OP_CHECK(kOp, cond, __VA_ARGS__)
 
 std::string config_list() {
   std::string list;
@@ -56,37 +58,6 @@ std::string config_list() {
     list += (i ? ", " : "") + std::to_string(i) + "=" + scaled_mm_sm90_config_name(i);
   }
   return list;
-}
-
-bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
-
-// Row pitch of a 2-D operand. A single-row tensor's outer stride is never used
-// to step (PyTorch may report any value for a size-1 dim), so it is read as
-// the packed pitch, rounded up to the 16-byte TMA rule.
-int64_t row_pitch(const at::Tensor& t) {
-  if (t.size(0) == 1) return (t.size(1) + 15) / 16 * 16;
-  return t.stride(0);
-}
-
-// out = a_scale * (b_scale * 0) + bias for K == 0 (an empty sum), as the
-// reference computes it: no kernel has a zero-length K loop.
-at::Tensor scaled_mm_empty_k(const at::Tensor& a_scale, const at::Tensor& b_scale,
-                             const c10::optional<at::Tensor>& bias, int64_t m, int64_t n,
-                             at::ScalarType out_dtype) {
-  at::Tensor acc = at::zeros({m, n}, a_scale.options().dtype(at::kFloat));
-  at::Tensor out = a_scale.reshape({-1, 1}) * (b_scale.reshape({1, -1}) * acc);
-  if (bias.has_value()) out = out + bias->to(at::kFloat).reshape({1, n});
-  return out.to(out_dtype);
-}
-
-void check_vector(const at::Tensor& t, const char* name, int64_t length, const char* length_name,
-                  const at::Device& device) {
-  W8A8_CHECK(t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
-  W8A8_CHECK(t.device() == device, name, " must be on ", device, " (where a is), got ", t.device());
-  W8A8_CHECK(t.numel() == 1 || t.numel() == length, name, " must hold 1 or ", length_name, " = ",
-             length, " values, got ", t.numel(), " (shape ", t.sizes(), ")");
-  W8A8_CHECK(t.numel() == 1 || t.is_contiguous(), name, " must be contiguous, got strides ",
-             t.strides(), " for shape ", t.sizes());
 }
 
 ScaledMmScheduler parse_scheduler(c10::string_view scheduler) {
@@ -125,39 +96,14 @@ at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at:
                              const at::Tensor& b_scale, const c10::optional<at::Tensor>& bias,
                              at::ScalarType out_dtype, int64_t config_id,
                              c10::optional<int64_t> split_k, c10::string_view scheduler) {
-  // dtypes and devices
-  W8A8_CHECK(a.scalar_type() == at::kChar, "a must be int8, got ", a.scalar_type());
-  W8A8_CHECK(b.scalar_type() == at::kChar, "b must be int8, got ", b.scalar_type());
-  W8A8_CHECK(out_dtype == at::kBFloat16 || out_dtype == at::kHalf,
-             "out_dtype must be bfloat16 or float16, got ", out_dtype);
-  W8A8_CHECK(a.is_cuda(), "a must be a CUDA tensor, got device ", a.device());
-  const at::Device device = a.device();
-  W8A8_CHECK(b.device() == device, "b must be on ", device, " (where a is), got ", b.device());
-
-  // shapes
-  W8A8_CHECK(a.dim() == 2, "a must be 2-D [M, K], got shape ", a.sizes());
-  W8A8_CHECK(b.dim() == 2, "b must be 2-D [N, K], got shape ", b.sizes());
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
-  W8A8_CHECK(b.size(1) == k, "b must be [N, K] with K = ", k, " (a's K), got shape ", b.sizes());
-  check_vector(a_scale, "a_scale", m, "M", device);
-  check_vector(b_scale, "b_scale", n, "N", device);
-  ScaledMmBias bias_kind = ScaledMmBias::kNone;
-  if (bias.has_value()) {
-    const at::Tensor& t = *bias;
-    W8A8_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == out_dtype,
-               "bias must be float32 or out_dtype (", out_dtype, "), got ", t.scalar_type());
-    W8A8_CHECK(t.device() == device, "bias must be on ", device, " (where a is), got ", t.device());
-    W8A8_CHECK(t.dim() == 1 && t.size(0) == n, "bias must be 1-D [N] with N = ", n,
-               ", got shape ", t.sizes());
-    W8A8_CHECK(t.stride(0) == 1 || n == 1, "bias must be contiguous, got stride ", t.stride(0));
-    bias_kind = t.scalar_type() == at::kFloat ? ScaledMmBias::kFloat32 : ScaledMmBias::kOutDtype;
-  }
+  ScaledMmSm90Params params;
+  check_scaled_mm_tensors(kOp, params, a, b, a_scale, b_scale, bias, out_dtype);
+  const int64_t m = params.m, n = params.n, k = params.k;
   W8A8_CHECK(config_id >= -1 && config_id < scaled_mm_sm90_num_configs(),
              "config_id must be -1 (heuristic) or one of ", config_list(), "; got ", config_id);
-  ScaledMmSm90Params params;
-  params.k = k;  // K known: split_k / scheduler are checked before any early return
-  set_split(params, split_k, scheduler);
+  set_split(params, split_k, scheduler);  // K known: checked before any early return
 
+  const at::Device device = a.device();
   const c10::cuda::CUDAGuard device_guard(device);
   if (m == 0 || n == 0) return at::empty({m, n}, a.options().dtype(out_dtype));
   if (k == 0) return scaled_mm_empty_k(a_scale, b_scale, bias, m, n, out_dtype);
@@ -167,45 +113,9 @@ at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at:
   W8A8_CHECK(info.major == 9 && info.minor == 0,
              "the CUTLASS kernels need compute capability 9.0 (sm_90a), got ", info.major, ".",
              info.minor, " on ", device);
+  check_16byte_rows(kOp, params, a, b, "TMA");
 
-  // TMA alignment rule
-  W8A8_CHECK(k % 16 == 0, "K must be a multiple of 16 (16-byte int8 rows for TMA), got K = ", k);
-  W8A8_CHECK(n % 8 == 0, "N must be a multiple of 8 (16-byte output rows for TMA), got N = ", n);
-  W8A8_CHECK(a.stride(1) == 1, "a must have unit stride along K, got strides ", a.strides());
-  W8A8_CHECK(b.stride(1) == 1, "b must have unit stride along K, got strides ", b.strides());
-  W8A8_CHECK(aligned16(a), "a's data pointer must be 16-byte aligned (TMA), got ", a.data_ptr(),
-             " (storage offset ", a.storage_offset(), ")");
-  W8A8_CHECK(aligned16(b), "b's data pointer must be 16-byte aligned (TMA), got ", b.data_ptr(),
-             " (storage offset ", b.storage_offset(), ")");
-  const int64_t lda = row_pitch(a), ldb = row_pitch(b);
-  W8A8_CHECK(lda >= k && lda % 16 == 0,
-             "a's row stride must be >= K and a multiple of 16 (16-byte aligned rows for TMA), "
-             "got strides ", a.strides(), " for shape ", a.sizes());
-  W8A8_CHECK(ldb >= k && ldb % 16 == 0,
-             "b's row stride must be >= K and a multiple of 16 (16-byte aligned rows for TMA), "
-             "got strides ", b.strides(), " for shape ", b.sizes());
-  const int64_t int_max = 2147483647;
-  W8A8_CHECK(m <= int_max && n <= int_max && k <= int_max, "M, N, K must be < 2^31, got M = ", m,
-             ", N = ", n, ", K = ", k);
-
-  at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
-
-  params.a = a.data_ptr<int8_t>();
-  params.b = b.data_ptr<int8_t>();
-  params.out = out.data_ptr();
-  params.a_scale = a_scale.data_ptr<float>();
-  params.b_scale = b_scale.data_ptr<float>();
-  params.a_scale_per_token = a_scale.numel() != 1;
-  params.b_scale_per_channel = b_scale.numel() != 1;
-  params.bias = bias.has_value() ? bias->data_ptr() : nullptr;
-  params.bias_kind = bias_kind;
-  params.out_dtype = out_dtype == at::kBFloat16 ? ScaledMmOutDtype::kBFloat16 : ScaledMmOutDtype::kFloat16;
-  params.m = m;
-  params.n = n;
-  params.k = k;
-  params.lda = lda;
-  params.ldb = ldb;
-  params.ldd = out.stride(0);
+  at::Tensor out = bind_problem(params, a, b, a_scale, b_scale, bias, out_dtype);
   params.config_id = static_cast<int>(config_id);
   params.device_id = device.index();
   params.sm_count = info.sm_count;

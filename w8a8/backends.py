@@ -1,7 +1,10 @@
 """Which backend runs an op on a given device, and why the others don't.
 
 Backends:
-  * ``"cutlass"``   - CUTLASS kernels from ``w8a8._C`` (scaled_mm on the archs it was built for).
+  * ``"cutlass"``   - the CUTLASS kernels of the device's arch: sm90 (``w8a8._C``, TMA + wgmma)
+                      on compute capability 9.0, sm80 (``w8a8._C_sm80``, mma.sync) on 8.x.
+  * ``"cutlass_sm80"`` - the sm80 CUTLASS kernels on any device that runs them (8.x, and 9.0
+                      where it is asked for by name: how an H100 tests and times the Ampere path).
   * ``"cuda"``      - hand-written CUDA kernels from ``w8a8._C``: the activation quantizers
                       (C++ ops, so an eager call costs one dispatch, not a Python op).
   * ``"triton"``    - Triton kernels: any CUDA GPU; on the CPU only under ``TRITON_INTERPRET=1``.
@@ -16,13 +19,14 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import threading
 import warnings
 
 import torch
 
 from w8a8 import _extension
 
-BACKENDS = ("cutlass", "cuda", "triton", "reference")
+BACKENDS = ("cutlass", "cutlass_sm80", "cuda", "triton", "reference")
 
 # The fastest first. Quantization has no CUTLASS kernel. On the H100 (bench_quant.py,
 # M = 8192) the Triton quantizer streams 81% / 66% of HBM at K = 4096 / 14336 and the CUDA
@@ -63,25 +67,41 @@ def unavailable_reason(backend: str, device: torch.device, op: str = "scaled_mm"
             f"Triton kernels need a CUDA device (got {device.type}); "
             "set TRITON_INTERPRET=1 to run them on the CPU in Triton's interpreter"
         )
-    # the compiled kernels of w8a8._C: CUTLASS for scaled_mm, CUDA for the quantizers
-    if backend == "cutlass" and op != "scaled_mm":
+    # the compiled kernels: CUTLASS for scaled_mm, CUDA for the quantizers
+    if backend in ("cutlass", "cutlass_sm80") and op != "scaled_mm":
         return f"there is no CUTLASS kernel for {op}"
     if backend == "cuda" and not op.startswith("quantize"):
         return f"the 'cuda' backend holds the quantizers only; {op} runs on 'cutlass', 'triton' or 'reference'"
-    kind = "CUTLASS" if backend == "cutlass" else "CUDA"
+    kind = "CUDA" if backend == "cuda" else "CUTLASS"
     if device.type != "cuda":
         return f"{kind} kernels need a CUDA device (got {device.type})"
+    major, minor = _capability(device.index if device.index is not None else torch.cuda.current_device())
+    arch = major * 10 + minor
+    if backend == "cutlass_sm80" or (backend == "cutlass" and major == 8):
+        # sm_80 SASS runs on every 8.x device; the library also carries sm_90 SASS of the same kernels.
+        loaded, why = _extension.load("_C_sm80")
+        if not loaded:
+            return why
+        if not (major == 8 or arch in _extension.cutlass_sm80_archs()):
+            return f"no sm80 CUTLASS kernel for sm_{arch} (built for {list(_extension.cutlass_sm80_archs())})"
+        return None
     loaded, why = _extension.load()
     if not loaded:
         return why
-    major, minor = _capability(device.index if device.index is not None else torch.cuda.current_device())
-    arch = major * 10 + minor
     if arch not in _extension.cutlass_archs():
         return f"no {kind} kernel for sm_{arch} (built for {list(_extension.cutlass_archs())})"
     return None
 
 
+@torch.compiler.assume_constant_result
+def cutlass_kernel_family(device: torch.device) -> str:
+    """Which CUTLASS kernels ``backend="cutlass"`` runs on ``device``: "sm90" or "sm80"."""
+    major, _ = _capability(device.index if device.index is not None else torch.cuda.current_device())
+    return "sm80" if major == 8 else "sm90"
+
+
 _warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()  # two threads falling back at once still warn once
 
 
 @functools.lru_cache(maxsize=None)
@@ -102,8 +122,10 @@ def _best(device_type: str, device_index: int | None, family: str) -> str:
 
 
 def _warn_once(key: str, message: str) -> None:
-    if (key, message) not in _warned:
+    with _warned_lock:
+        first = (key, message) not in _warned
         _warned.add((key, message))
+    if first:
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
@@ -131,7 +153,7 @@ def report() -> dict[str, dict[str, str]]:
         out[str(dev)] = {
             f"{op}/{b}": (unavailable_reason(b, dev, op) or "available")
             for op in ("scaled_mm", "quantize")
-            for b in _PREFERENCE[op]
+            for b in _PREFERENCE[op] + (("cutlass_sm80",) if op == "scaled_mm" else ())
         }
     return out
 

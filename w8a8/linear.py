@@ -36,6 +36,7 @@ def _fused_route_cached(device_type, device_index, dtype, backend, k, n) -> bool
     device = torch.device(device_type, device_index)
     return (
         backends.resolve(backend, device, "scaled_mm") == "cutlass"
+        and backends.cutlass_kernel_family(device) == "sm90"
         and backends.unavailable_reason("cuda", device, "quantize_per_token") is None
         and checks.cutlass_shape_reason(k, n, dtype) is None
     )
@@ -154,10 +155,9 @@ class W8A8Linear(nn.Module):
         return module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.in_features:
-            raise ValueError(
-                f"W8A8Linear: expected input [..., {self.in_features}], got shape {tuple(x.shape)}"
-            )
+        checks.check_linear_input("W8A8Linear", x, self.in_features, self.weight)
+        if x.stride(-1) != 1:
+            x = x.contiguous()  # e.g. a transposed input: the kernels read rows with unit stride
         # The route first: a constant, so the token-count test (a guard on M under
         # torch.compile) is only reached where the single op exists.
         if (
@@ -214,9 +214,9 @@ class W8A8Linear(nn.Module):
         return -corr if self.bias is None else self.bias.float() - corr
 
     def _quant_backend(self) -> str | None:
-        # Quantization has no CUTLASS kernel: with backend="cutlass" the activations go
+        # Quantization has no CUTLASS kernel: with a CUTLASS backend the activations go
         # through the default quantizer (see backends._PREFERENCE).
-        return None if self.backend == "cutlass" else self.backend
+        return None if self.backend in checks.CUTLASS_BACKENDS else self.backend
 
     def dequantized_weight(self) -> torch.Tensor:
         """The float32 weight this layer represents: ``weight * weight_scale``."""

@@ -61,6 +61,10 @@ if _extension.load()[0]:
         return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
+if _extension.load("_C_sm80")[0]:
+    torch.library.register_fake("w8a8::scaled_mm_cutlass_sm80", _fake_scaled_mm)
+
+
 # --- implementations ----------------------------------------------------------------------
 
 
@@ -107,8 +111,9 @@ def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[tor
         An all-zero row gives q = 0, scale = 0. A row holding Inf or NaN gives
         q = 0 and scale = NaN, so that row of any product is NaN downstream.
     """
-    checks.check_quantize_input("quantize_per_token", x)
+    checks.check_quantize_per_token(x)
     chosen = backends.resolve(backend, x.device, "quantize_per_token")
+    checks.check_quantize_layout("quantize_per_token", x, chosen)
     return _op("quantize_per_token", chosen)(x)
 
 
@@ -134,6 +139,7 @@ def quantize_static(
     """
     checks.check_quantize_static(x, scale, zero_point)
     chosen = backends.resolve(backend, x.device, "quantize_static")
+    checks.check_quantize_layout("quantize_static", x, chosen)
     return _op("quantize_static", chosen)(x, scale, zero_point)
 
 
@@ -161,7 +167,9 @@ def scaled_mm(
     b_scale : Tensor [N], [N, 1] (per channel) or [1], float32.
     bias : optional Tensor [N], float32 or ``out_dtype``.
     out_dtype : torch.bfloat16 or torch.float16 (float32 too on the Triton and reference backends).
-    backend : ``"cutlass"``, ``"triton"``, ``"reference"`` or None (the fastest that
+    backend : ``"cutlass"`` (the device's CUTLASS kernels: sm90 on compute capability 9.0,
+        sm80 on 8.x), ``"cutlass_sm80"`` (the sm80 mma.sync kernels on any device that runs
+        them, an H100 included), ``"triton"``, ``"reference"`` or None (the fastest that
         can take these tensors; a fallback on a CUDA device is warned about once).
     split_k : how many ways the CUTLASS kernel splits K. None: a heuristic
         (splits only small-M, long-K shapes that launch fewer tiles than SMs;
@@ -171,22 +179,30 @@ def scaled_mm(
     scheduler : ``"auto"`` (the heuristic, honouring split_k), ``"persistent"``
         (data-parallel, no split) or ``"streamk"`` (CUTLASS's stream-K
         decomposition). split_k and scheduler steer only the CUTLASS kernel:
-        naming ``backend="triton"``/``"reference"`` with a split is an error;
-        with ``backend=None`` on a device without CUTLASS they are ignored.
+        naming another backend with a split is an error (the sm80 kernels
+        are data-parallel: they never split K); with
+        ``backend=None`` on a device without the sm90 kernels they are ignored.
 
     Returns
     -------
     out : Tensor [M, N], row-major, ``out_dtype``, on a's device.
     """
+    checks.check_tensor("scaled_mm", "a", a)
     chosen = backends.resolve(backend, a.device, "scaled_mm")
     if backend is None and chosen == "cutlass":
-        reason = checks.cutlass_shape_reason(a.shape[1], b.shape[0], out_dtype)
+        reason = checks.cutlass_operand_reason(a, b, out_dtype)
         if reason is not None:
             chosen = backends.fallback_for_shape("scaled_mm", a.device, reason)
     checks.check_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype, chosen)
-    checks.check_split("scaled_mm", split_k, scheduler, backend, k=a.shape[1])
+    if chosen == "cutlass" and backends.cutlass_kernel_family(a.device) == "sm80":
+        chosen = "cutlass_sm80"  # the device's own CUTLASS kernels are the sm80 ones
+        if backend is None:
+            split_k, scheduler = None, "auto"  # steer only the sm90 kernels; ignored like on Triton
+    checks.check_split("scaled_mm", split_k, scheduler, backend if chosen != "cutlass_sm80" else chosen, k=a.shape[1])
     if chosen == "cutlass":
         return torch.ops.w8a8.scaled_mm_cutlass.default(a, b, a_scale, b_scale, bias, out_dtype, -1, split_k, scheduler)
+    if chosen == "cutlass_sm80":
+        return torch.ops.w8a8.scaled_mm_cutlass_sm80.default(a, b, a_scale, b_scale, bias, out_dtype, -1)
     return _op("scaled_mm", chosen)(a, b, a_scale, b_scale, bias, out_dtype)
 
 

@@ -3,7 +3,8 @@
 Three suites on one harness (``harness.py``): ``scaled_mm`` (the kernel, int8
 activations in), ``linear`` (``W8A8Linear`` end to end, quantization
 included) and ``split_k`` (the CUTLASS K decompositions on small-M, long-K
-shapes, its own grid unless ``--shapes``/``--m`` are given; CUDA only). Results go to ``OUT/<suite>_<tag>.json`` and ``.csv``;
+shapes, its own grid unless ``--shapes``/``--m`` are given; CUDA only) and ``sm80``
+(the Ampere kernels forced on this GPU over M = 1..512: the ladder's continuity). Results go to ``OUT/<suite>_<tag>.json`` and ``.csv``;
 ``python -m w8a8.bench.report`` turns committed results into docs/PERFORMANCE.md.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 
 import torch
 
-SUITES = ("scaled_mm", "linear", "split_k")
+SUITES = ("scaled_mm", "linear", "split_k", "sm80")
 # The suites `python -m w8a8 bench` runs when --suites is not given.
 DEFAULT_SUITES = ("scaled_mm", "linear")
 
@@ -40,9 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="NxK,NxK,... (default: Llama-3 8B/70B; the split_k suite: its own decode grid)")
     p.add_argument("--m", type=_ints, default=None, help="token counts M (default: 1,16,...,8192; split_k: 1..128)")
     p.add_argument("--backends", default=None,
-                   help="comma list of cutlass, triton, reference, int_mm (default: what runs on the device)")
+                   help="comma list of cutlass, cutlass_sm80, triton, reference, int_mm (default: what runs on the device)")
     p.add_argument("--suites", default=",".join(DEFAULT_SUITES), help=f"comma list of {', '.join(SUITES)}")
-    p.add_argument("--sweep", action="store_true", help="split_k suite: also every split of both decode tiles")
+    p.add_argument("--sweep", action="store_true",
+                   help="split_k suite: also every split of both decode tiles; sm80 suite: every config at every M")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--config-ids", type=_ints, default=[-1], help="CUTLASS configs to time (-1: the heuristic)")
     p.add_argument("--out", default=None, help="folder for <suite>_<tag>.json/.csv (default: print only)")
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
     from tqdm.auto import tqdm
 
     from w8a8 import backends as backends_mod
-    from w8a8.bench import harness, linear, scaled_mm, split_k
+    from w8a8.bench import harness, linear, scaled_mm, sm80, split_k
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     chosen = args.backends.split(",") if args.backends else _default_backends(device)
@@ -83,18 +85,25 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
     unknown = set(suites) - set(SUITES)
     if unknown:
         raise SystemExit(f"w8a8 bench: unknown suites {sorted(unknown)}; expected {SUITES}")
-    if "split_k" in suites and backends_mod.unavailable_reason("cutlass", device) is not None:
-        raise SystemExit(f"w8a8 bench: the split_k suite needs the CUTLASS backend: "
-                         f"{backends_mod.unavailable_reason('cutlass', device)}")
+    for suite, backend in (("split_k", "cutlass"), ("sm80", "cutlass_sm80")):
+        why = backends_mod.unavailable_reason(backend, device)
+        if suite in suites and why is not None:
+            raise SystemExit(f"w8a8 bench: the {suite} suite needs the {backend} backend: {why}")
     ceilings = harness.measure_ceilings(device)
     results = {}
     for suite in suites:
-        default_shapes, default_m = (split_k.SHAPES, split_k.M_VALUES) if suite == "split_k" else (
-            harness.DEFAULT_NK, harness.DEFAULT_M)
-        cases = [(m, n, k) for (n, k) in (args.shapes or default_shapes) for m in (args.m or default_m)]
+        default_shapes, default_m = {"split_k": (split_k.SHAPES, split_k.M_VALUES),
+                                     "sm80": (sm80.SHAPES, sm80.M_VALUES)}.get(suite, (harness.DEFAULT_NK,
+                                                                                       harness.DEFAULT_M))
+        if suite == "sm80":  # one case per shape: the M sweep shares the operands
+            cases = [(args.m or default_m, n, k) for (n, k) in (args.shapes or default_shapes)]
+        else:
+            cases = [(m, n, k) for (n, k) in (args.shapes or default_shapes) for m in (args.m or default_m)]
         rows = []
         for m, n, k in tqdm(cases, desc=f"w8a8 bench {suite}", file=sys.stdout, mininterval=5):
-            if suite == "scaled_mm":
+            if suite == "sm80":
+                rows += sm80.bench_shape(n, k, m, ceilings, device, sweep=getattr(args, "sweep", False))
+            elif suite == "scaled_mm":
                 rows += scaled_mm.bench_shape(m, n, k, chosen, ceilings, device, args.config_ids)
             elif suite == "split_k":
                 rows += split_k.bench_shape(m, n, k, ceilings, device, sweep=getattr(args, "sweep", False))
@@ -102,10 +111,15 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
                 rows += linear.bench_shape(m, n, k, [b for b in chosen if b != scaled_mm.INT_MM], ceilings, device)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-        print(harness.markdown_table(rows))
+        print(harness.markdown_table(rows if suite != "sm80" else [r for r in rows if r.get("x_bf16")]))
         for impl in sorted({r["impl"] for r in rows} - {"bf16 F.linear"}):
-            vals = [r["x_bf16"] for r in rows if r["impl"] == impl]
-            print(f"{suite}: {impl}: geomean x bf16 {harness.geomean(vals):.3f}, min {min(vals):.3f}")
+            vals = [r["x_bf16"] for r in rows if r["impl"] == impl and r["x_bf16"]]
+            if vals:
+                print(f"{suite}: {impl}: geomean x bf16 {harness.geomean(vals):.3f}, min {min(vals):.3f}")
+        if suite == "sm80":
+            for r in sm80.worst_jumps(rows):
+                print(f"sm80: {r['N']}x{r['K']}: worst step M={r['M'] - 1}->{r['M']}: time x{1 / r['x_prev']:.3f} "
+                      f"(limit {sm80.JUMP_LIMIT}), config {r['config']}")
         if args.out:
             os.makedirs(args.out, exist_ok=True)
             path = os.path.join(args.out, f"{suite}_{args.tag or _tag(device)}.json")

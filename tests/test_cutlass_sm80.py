@@ -1,0 +1,183 @@
+"""CUTLASS sm80 (mma.sync) scaled_mm against the exact reference.
+
+On an H100 this path runs because it is asked for by name
+(``backend="cutlass_sm80"``, the sm_90 SASS of the same kernels); on an A100 /
+A10 / L4 / L40 it is what ``backend="cutlass"`` runs.
+"""
+import subprocess
+
+import pytest
+import torch
+
+import w8a8
+from w8a8 import _extension, backends, reference
+from helpers import assert_ulp_close, poison_allocator, rand_int8, rand_scale
+from test_cutlass_sm90 import _cuobjdump
+
+pytestmark = pytest.mark.cuda
+BACKEND = "cutlass_sm80"
+
+
+@pytest.fixture(autouse=True)
+def _need_sm80_kernels():
+    reason = backends.unavailable_reason(BACKEND, torch.device("cuda"), "scaled_mm")
+    if reason is not None:
+        major, _ = torch.cuda.get_device_capability()
+        if major in (8, 9):  # a device this path is built for: missing kernels are a failure
+            pytest.fail(f"CUDA {major}.x is available but the sm80 CUTLASS kernels are not: {reason}")
+        pytest.skip(reason)
+
+
+M_SWEEP = [1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 1000, 2048]
+NK = [(4096, 4096), (4096, 14336), (28672, 4096), (8, 16), (24, 48), (136, 272), (1000, 528)]
+
+
+def _operands(m, n, k, per_token=True, per_channel=True, bias_dtype=torch.float32):
+    dev = "cuda"
+    a = rand_int8(m, k, device=dev)
+    b = rand_int8(n, k, device=dev)
+    sa = rand_scale(m, 1, device=dev) if per_token else rand_scale(1, device=dev)
+    sb = rand_scale(n, device=dev) if per_channel else rand_scale(1, device=dev)
+    bias = None if bias_dtype is None else torch.randn(n, device=dev).to(bias_dtype)
+    return a, b, sa, sb, bias
+
+
+def _check(m, n, k, out_dtype=torch.bfloat16, per_token=True, per_channel=True, bias_dtype=torch.float32,
+           a=None, config_id=-1):
+    a_new, b, sa, sb, bias = _operands(m, n, k, per_token, per_channel, bias_dtype)
+    a = a_new if a is None else a
+    poison_allocator(m * n * 2, "cuda")
+    if config_id < 0:
+        out = w8a8.scaled_mm(a, b, sa, sb, bias, out_dtype, backend=BACKEND)
+    else:
+        out = torch.ops.w8a8.scaled_mm_cutlass_sm80(a, b, sa, sb, bias, out_dtype, config_id)
+    torch.cuda.synchronize()
+    assert_ulp_close(out, reference.scaled_mm(a, b, sa, sb, bias, out_dtype), max_ulp=1)
+
+
+@pytest.mark.parametrize("n,k", NK)
+@pytest.mark.parametrize("m", M_SWEEP)
+def test_m_sweep(m, n, k):
+    if m * n * k > 2**40:
+        pytest.skip("large reference; covered by smaller N/K at this M")
+    _check(m, n, k)
+
+
+@pytest.mark.parametrize("config_id", range(7))
+@pytest.mark.parametrize("m,n,k", [(1, 8, 16), (17, 136, 272), (129, 1000, 528), (300, 4096, 4096), (2048, 1024, 8192)])
+def test_every_config(config_id, m, n, k):
+    """Each entry of the config table (ids 0..6; 7 is refused in test_refusals_...), forced,
+    on partial tiles in M, N and K."""
+    _check(m, n, k, config_id=config_id)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("per_token,per_channel", [(True, True), (False, True), (True, False), (False, False)])
+@pytest.mark.parametrize("bias_dtype", [None, torch.float32, "out"])
+@pytest.mark.parametrize("m", [1, 17, 64, 129, 1000])
+def test_epilogue_variants(out_dtype, per_token, per_channel, bias_dtype, m):
+    _check(m, 1024, 512, out_dtype, per_token, per_channel, out_dtype if bias_dtype == "out" else bias_dtype)
+
+
+def test_unaligned_scale_and_bias_views():
+    """Scales and bias are read element by element: views off the 16-byte grid are fine."""
+    m, n, k = 33, 136, 272
+    a, b = rand_int8(m, k, device="cuda"), rand_int8(n, k, device="cuda")
+    sa = rand_scale(m + 1, 1, device="cuda")[1:]
+    sb = rand_scale(n + 1, device="cuda")[1:]
+    bias = torch.randn(n + 1, device="cuda").to(torch.bfloat16)[1:]
+    out = w8a8.scaled_mm(a, b, sa, sb, bias, torch.bfloat16, backend=BACKEND)
+    assert_ulp_close(out, reference.scaled_mm(a, b, sa, sb, bias, torch.bfloat16), max_ulp=1)
+
+
+@pytest.mark.parametrize("m", [1, 33, 300])
+def test_row_strided_activation(m):
+    wide = rand_int8(m, 4096 + 64, device="cuda")
+    _check(m, 2048, 4096, a=wide[:, 32 : 32 + 4096])
+
+
+def test_m_zero_and_k_zero():
+    b = rand_int8(64, 128, device="cuda")
+    out = w8a8.scaled_mm(rand_int8(0, 128, device="cuda"), b, rand_scale(0, 1, device="cuda"),
+                         rand_scale(64, device="cuda"), backend=BACKEND)
+    assert out.shape == (0, 64)
+    a0, b0 = rand_int8(5, 0, device="cuda"), rand_int8(8, 0, device="cuda")
+    sa, sb, bias = rand_scale(5, 1, device="cuda"), rand_scale(8, device="cuda"), torch.randn(8, device="cuda")
+    out = w8a8.scaled_mm(a0, b0, sa, sb, bias, backend=BACKEND)
+    assert torch.equal(out, reference.scaled_mm(a0, b0, sa, sb, bias, torch.bfloat16))
+
+
+def test_refusals_name_the_op_and_values():
+    a, b = rand_int8(4, 40, device="cuda"), rand_int8(24, 40, device="cuda")  # K % 16 != 0
+    sa, sb = rand_scale(4, 1, device="cuda"), rand_scale(24, device="cuda")
+    with pytest.raises(ValueError, match=r"backend='cutlass_sm80' needs K % 16 == 0 .* got K = 40"):
+        w8a8.scaled_mm(a, b, sa, sb, backend=BACKEND)
+    wide = rand_int8(4, 64 + 1, device="cuda")
+    with pytest.raises(RuntimeError, match=r"cutlass_sm80.*16-byte aligned \(cp.async\)"):
+        torch.ops.w8a8.scaled_mm_cutlass_sm80(wide[:, 1:], rand_int8(24, 64, device="cuda"), sa, sb, None,
+                                               torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"cutlass_sm80.*config_id must be -1 .* got 7"):
+        torch.ops.w8a8.scaled_mm_cutlass_sm80(rand_int8(4, 64, device="cuda"), rand_int8(24, 64, device="cuda"),
+                                               sa, sb, None, torch.bfloat16, 7)
+    with pytest.raises(ValueError, match=r"backend='cutlass_sm80' does not split K"):
+        w8a8.scaled_mm(rand_int8(4, 256, device="cuda"), rand_int8(24, 256, device="cuda"), sa, sb,
+                       backend=BACKEND, split_k=2)
+
+
+def test_opcheck():
+    for m in (1, 100):
+        args = (rand_int8(m, 256, device="cuda"), rand_int8(128, 256, device="cuda"), rand_scale(m, 1, device="cuda"),
+                rand_scale(128, device="cuda"), None, torch.bfloat16)
+        torch.library.opcheck(torch.ops.w8a8.scaled_mm_cutlass_sm80, args)
+
+
+def test_deterministic_across_runs():
+    """No atomics, no split reduction: every run gives the same bits."""
+    a, b, sa, sb, bias = _operands(300, 4096, 4096)
+    first = w8a8.scaled_mm(a, b, sa, sb, bias, backend=BACKEND)
+    for _ in range(20):
+        assert torch.equal(w8a8.scaled_mm(a, b, sa, sb, bias, backend=BACKEND), first)
+
+
+@pytest.mark.parametrize("m", [1, 16, 200])
+def test_w8a8linear_cuda_graph(m):
+    lin = torch.nn.Linear(4096, 1024, bias=True, device="cuda", dtype=torch.bfloat16)
+    layer = w8a8.W8A8Linear.from_linear(lin, backend=BACKEND)
+    x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        layer(x)  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = layer(x)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        q, s = reference.quantize_per_token(x)
+        expected = reference.scaled_mm(q, layer.weight, s, layer.weight_scale, layer.bias, torch.bfloat16)
+        assert_ulp_close(y, expected, max_ulp=1)
+
+
+def test_w8a8linear_compiles_without_graph_breaks():
+    lin = torch.nn.Linear(512, 256, bias=False, device="cuda", dtype=torch.bfloat16)
+    layer = w8a8.W8A8Linear.from_linear(lin, backend=BACKEND)
+    x = torch.randn(7, 512, device="cuda", dtype=torch.bfloat16)
+    compiled = torch.compile(layer, fullgraph=True)
+    assert torch.equal(compiled(x), layer(x))
+
+
+def test_sass_is_mma_sync_for_each_arch():
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not found")
+    import w8a8._C_sm80 as ext
+
+    listing = subprocess.run([tool, "--list-elf", ext.__file__], capture_output=True, text=True, check=True).stdout
+    for arch in _extension.cutlass_sm80_archs():
+        assert f"sm_{arch}" in listing, f"no sm_{arch} cubin in w8a8._C_sm80"
+    sass = subprocess.run([tool, "-sass", ext.__file__], capture_output=True, text=True, check=True).stdout
+    assert "IMMA.16832.S8.S8" in sass, "no int8 mma.sync (IMMA.16832) in the SASS of w8a8._C_sm80"
+    assert "IGMMA" not in sass, "wgmma in the sm80 library"
