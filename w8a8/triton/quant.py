@@ -37,6 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
+from w8a8.triton._launch import launching
+
 # --- constants shared by the kernels (module globals must be tl.constexpr) ---------------
 _QMIN = tl.constexpr(-128.0)
 _QMAX = tl.constexpr(127.0)
@@ -274,10 +276,11 @@ def quantize_per_token_out(
     r = x2.shape[0]
     cfg = config or per_token_config(k)
     grid = (triton.cdiv(r, cfg.rows),)
-    _quantize_per_token_kernel[grid](
-        x2, q, scale, r, k, x2.stride(0),
-        ROWS=cfg.rows, BLOCK_K=cfg.block_k, SINGLE_PASS=cfg.single_pass, num_warps=cfg.num_warps,
-    )
+    with launching(x2):
+        _quantize_per_token_kernel[grid](
+            x2, q, scale, r, k, x2.stride(0),
+            ROWS=cfg.rows, BLOCK_K=cfg.block_k, SINGLE_PASS=cfg.single_pass, num_warps=cfg.num_warps,
+        )
 
 
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -320,10 +323,11 @@ def quantize_static_out(
     r = x2.shape[0]
     cfg = config or static_config(k)
     grid = (triton.cdiv(r, cfg.rows), triton.cdiv(k, cfg.block_k))
-    _quantize_static_kernel[grid](
-        x2, q, scale, zero_point if zero_point is not None else scale, r, k, x2.stride(0),
-        HAS_ZP=zero_point is not None, ROWS=cfg.rows, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps,
-    )
+    with launching(x2):
+        _quantize_static_kernel[grid](
+            x2, q, scale, zero_point if zero_point is not None else scale, r, k, x2.stride(0),
+            HAS_ZP=zero_point is not None, ROWS=cfg.rows, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps,
+        )
 
 
 def quantize_static(

@@ -1,0 +1,339 @@
+"""The cases compute-sanitizer runs (issue 11, point 1): every kernel of w8a8 on a small,
+representative set of inputs, each result checked against the exact reference.
+
+    python benchmarks/sanitize_cases.py [--set full|small] [--only REGEX] [--list] [--dry-run]
+
+benchmarks/sanitize.sh runs this under each sanitizer tool. Run alone, it is the warm-up
+that fills Triton's cache (so no compilation runs under the sanitizer) and a correctness
+check: each case compares its output with w8a8.reference computed on the CPU, prints
+``ok`` or ``FAIL``, and the script exits 3 if any case failed (1 is the sanitizer's).
+
+Sets (every "small" case is also in "full"):
+  full  - for memcheck and synccheck: every CUTLASS config id, forced through config_id,
+          in bf16 and fp16 with the epilogue variants; the M ladder (swap-AB 128x16 and
+          128x64 tiles, pingpong, cooperative); split-K (split_k 2, 3, 4 and the
+          heuristic's own split) and stream-K; odd M, N, K within the 16-byte rules;
+          row-strided operands (and one row of odd pitch); K = 0 and M = 0; the sm80
+          CUTLASS kernels where built; the CUDA quantizers on each launch path (warp per
+          row, block per row, two-pass; vector and scalar loads; special rows);
+          W8A8Linear's single op; every Triton GEMM config row and quantizer path.
+  small - for racecheck and initcheck (10-100x slower than memcheck): one small shape per
+          CUTLASS config id and per decomposition, two per quantizer, two Triton GEMM configs.
+--dry-run: import w8a8 and list the cases, without a GPU (the test suite runs it so).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import w8a8  # noqa: E402
+from w8a8 import backends, reference  # noqa: E402
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+DEV = "cuda"
+
+
+@dataclasses.dataclass(frozen=True)
+class SanitizeCase:
+    name: str
+    run: Callable[[], str | None]  # None when the output matches the reference, else what differs
+    small: bool = False
+
+
+# --- checks ---------------------------------------------------------------------------------------
+
+
+def _ordered(t: torch.Tensor) -> torch.Tensor:
+    int_dtype = {2: torch.int16, 4: torch.int32}[t.element_size()]
+    bits = t.contiguous().view(int_dtype).long()
+    sign = 1 << (8 * t.element_size() - 1)
+    return torch.where(bits < 0, -(bits + sign), bits)
+
+
+def _ulp_diff(out: torch.Tensor, ref: torch.Tensor, max_ulp: int = 1) -> str | None:
+    out = out.cpu()
+    if out.shape != ref.shape or out.dtype != ref.dtype:
+        return f"shape/dtype {tuple(out.shape)} {out.dtype}, expected {tuple(ref.shape)} {ref.dtype}"
+    if not torch.equal(out.isnan(), ref.isnan()):
+        return "NaN in different places"
+    if out.numel() == 0:
+        return None
+    worst = int((_ordered(out.nan_to_num(0)) - _ordered(ref.nan_to_num(0))).abs().max())
+    return None if worst <= max_ulp else f"{worst} ulp from the reference"
+
+
+def _codes_diff(q, s, rq, rs) -> str | None:
+    q = q.cpu()
+    if not torch.equal(q, rq):
+        return f"{int((q != rq).sum())} codes differ"
+    if s is not None:
+        s = s.cpu()
+    if s is not None and not (torch.equal(s.isnan(), rs.isnan()) and torch.equal(s.nan_to_num(0), rs.nan_to_num(0))):
+        return "scales differ"
+    return None
+
+
+# --- inputs (built on the CPU, then copied: few torch kernels run under the sanitizer) -----------
+
+
+def _gen(*key) -> torch.Generator:
+    """A generator seeded by the case's parameters: the same data in every run (and process)."""
+    return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
+
+
+def _int8(g, rows, cols, pad=0, offset=0):
+    """CPU and device int8 [rows, cols]: a view at column ``offset`` of rows ``cols + pad`` long."""
+    wide = torch.randint(-128, 128, (rows, cols + pad), generator=g, dtype=torch.int8)
+    dev = wide.to(DEV)
+    return wide[:, offset : offset + cols], dev[:, offset : offset + cols]
+
+
+def _pair(t: torch.Tensor):
+    return t, t.to(DEV)
+
+
+def _mm_inputs(m, n, k, per_token=True, per_channel=True, bias="fp32", out_dtype=BF16, a_pad=0, b_pad=0):
+    g = _gen("mm", m, n, k, a_pad, b_pad, bias, per_token, per_channel)
+    a, a_d = _int8(g, m, k, a_pad)
+    b, b_d = _int8(g, n, k, b_pad)
+    sa, sa_d = _pair(torch.rand((m, 1) if per_token else (1,), generator=g) * 0.02 + 1e-3)
+    sb, sb_d = _pair(torch.rand((n,) if per_channel else (1,), generator=g) * 0.02 + 1e-3)
+    bias_t = None if bias is None else torch.randn(n, generator=g).to(FP32 if bias == "fp32" else out_dtype)
+    bias_d = None if bias_t is None else bias_t.to(DEV)
+    return (a, b, sa, sb, bias_t), (a_d, b_d, sa_d, sb_d, bias_d)
+
+
+def _mm_case(name, m, n, k, op="cutlass", config_id=-1, split_k=None, scheduler="auto", out_dtype=BF16,
+             small=False, **inputs) -> SanitizeCase:
+    def run():
+        cpu, dev = _mm_inputs(m, n, k, out_dtype=out_dtype, **inputs)
+        if op == "cutlass":
+            out = torch.ops.w8a8.scaled_mm_cutlass.default(*dev, out_dtype, config_id, split_k, scheduler)
+        elif op == "cutlass_sm80":
+            out = torch.ops.w8a8.scaled_mm_cutlass_sm80.default(*dev, out_dtype, config_id)
+        elif op == "triton":
+            from w8a8 import triton as tk
+
+            out = torch.empty((m, n), dtype=out_dtype, device=DEV)
+            tk.scaled_mm_out(*dev, out)  # the config row select_config picks for this M
+        else:
+            raise ValueError(op)
+        torch.cuda.synchronize()
+        return _ulp_diff(out, reference.scaled_mm(*cpu, out_dtype))
+
+    return SanitizeCase(name, run, small)
+
+
+def _rows(g, r, k, dtype, pad=0, offset=0, special=True):
+    """CPU and device [r, k] activations over ~8 decades (rows 0..2: zero, NaN, +Inf)."""
+    x = torch.randn(r, k + pad, generator=g) * torch.exp2(torch.empty(r, 1).uniform_(-14, 12, generator=g))
+    if special and r >= 3:
+        x[0] = 0
+        x[1, (k // 2 + offset) % (k + pad)] = float("nan")
+        x[2, offset] = float("inf")
+    x = x.to(dtype)
+    dev = x.to(DEV)
+    return x[:, offset : offset + k], dev[:, offset : offset + k]
+
+
+def _quant_case(name, r, k, dtype, backend, static=False, zp=None, pad=0, offset=0, small=False) -> SanitizeCase:
+    def run():
+        g = _gen("quant", r, k, str(dtype), backend, static, zp, pad, offset)
+        x, x_d = _rows(g, r, k, dtype, pad, offset)
+        if not static:
+            q, s = w8a8.quantize_per_token(x_d, backend=backend)
+            torch.cuda.synchronize()
+            return _codes_diff(q, s, *reference.quantize_per_token(x))
+        scale = torch.tensor([0.02])
+        zpt = None if zp is None else torch.tensor([3], dtype=zp)
+        q = w8a8.quantize_static(x_d, scale.to(DEV), None if zpt is None else zpt.to(DEV), backend=backend)
+        torch.cuda.synchronize()
+        return _codes_diff(q, None, reference.quantize_static(x, scale, zpt), None)
+
+    return SanitizeCase(name, run, small)
+
+
+def _linear_case(name, m, k, n, act_quant, small=False) -> SanitizeCase:
+    """W8A8Linear's forward on the single C++ op (CUDA quantizer + CUTLASS) up to 64 tokens."""
+
+    def run():
+        g = _gen("linear", m, k, n, act_quant)
+        lin = torch.nn.Linear(k, n, dtype=BF16)
+        with torch.no_grad():
+            lin.weight.copy_(torch.randn(n, k, generator=g) * k**-0.5)
+        kw = {"input_scale": 4.0 / 127} if act_quant == "static" else {}
+        layer_cpu = w8a8.W8A8Linear.from_linear(lin, act_quant=act_quant, **kw)
+        layer = w8a8.W8A8Linear.from_linear(lin.to(DEV), act_quant=act_quant, **kw)
+        x = torch.randn(m, k, generator=g).to(BF16)
+        out = layer(x.to(DEV))
+        torch.cuda.synchronize()
+        return _ulp_diff(out, layer_cpu(x))  # the CPU layer runs the reference
+
+    return SanitizeCase(name, run, small)
+
+
+def _empty_cases() -> list[SanitizeCase]:
+    def run(m, k):
+        def go():
+            cpu, dev = _mm_inputs(m, 64, k)
+            out = torch.ops.w8a8.scaled_mm_cutlass.default(*dev, BF16, -1, None, "auto")
+            torch.cuda.synchronize()
+            return _ulp_diff(out, reference.scaled_mm(*cpu, BF16))
+        return go
+
+    return [SanitizeCase("cutlass_m0", run(0, 128)), SanitizeCase("cutlass_k0", run(5, 0))]
+
+
+# --- the case list ---------------------------------------------------------------------------------
+
+
+def _config_names(op) -> list[str]:
+    """The config table of a CUTLASS op, read from its own error for an out-of-range config_id."""
+    a = torch.zeros(16, 16, dtype=torch.int8, device=DEV)
+    s = torch.ones(1, device=DEV)
+    try:
+        if op == "cutlass":
+            torch.ops.w8a8.scaled_mm_cutlass.default(a, a, s, s, None, BF16, 1 << 20, None, "auto")
+        else:
+            torch.ops.w8a8.scaled_mm_cutlass_sm80.default(a, a, s, s, None, BF16, 1 << 20)
+    except RuntimeError as exc:
+        names = re.findall(r"(\d+)=([A-Za-z0-9_]+)", str(exc).split("; got")[0])
+        if names and [int(i) for i, _ in names] == list(range(len(names))):
+            return [name for _, name in names]
+    raise RuntimeError(f"could not read the config table of {op}")
+
+
+def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
+    """Every case; ``config_names`` maps each CUTLASS op that is available to its config table
+    (None: a dry run, listing a nominal table)."""
+    dry = config_names is None
+    names = config_names or {"cutlass": [f"config{i}" for i in range(12)], "cutlass_sm80": [f"config{i}" for i in range(6)]}
+    out: list[SanitizeCase] = []
+
+    if "cutlass" in names:
+        # Every config bucket, forced: two shapes (odd-ish M, N and K in 16-byte units, a partial
+        # last K tile), both output dtypes, every scale / bias layout between them.
+        for cid, cname in enumerate(names["cutlass"]):
+            out.append(_mm_case(f"cutlass_config{cid}_{cname}_small", 17, 136, 272, config_id=cid, small=True))
+            out.append(_mm_case(f"cutlass_config{cid}_{cname}_m37_bf16", 37, 200, 272, config_id=cid))
+            out.append(_mm_case(f"cutlass_config{cid}_{cname}_m300_fp16", 300, 264, 528, config_id=cid, out_dtype=FP16,
+                                per_token=False, bias="out"))
+            out.append(_mm_case(f"cutlass_config{cid}_{cname}_m129_per_tensor", 129, 136, 400, config_id=cid,
+                                per_channel=False, bias=None))
+        # The M ladder of the heuristic (config_id -1): swap-AB 128x16 up to 64 tokens, 64x128
+        # pingpong to 128, swap-AB 128x64 or 128x128 pingpong to 256 by N, 128x128 to 512, then 128x256.
+        for m, n in ((1, 256), (16, 256), (33, 520), (64, 256), (65, 256), (128, 264), (200, 2048), (200, 4104),
+                     (300, 256), (513, 264), (1000, 512)):
+            out.append(_mm_case(f"cutlass_ladder_m{m}_n{n}", m, n, 528, small=m in (1, 200)))
+        # K decompositions: explicit split-K on each split-capable config, stream-K, and the heuristic's split.
+        for m in (3, 100, 300):
+            for split in (2, 3, 4):
+                out.append(_mm_case(f"cutlass_split_k{split}_m{m}", m, 264, 1040, split_k=split, small=split == 4))
+        for m in (1, 200, 600):
+            out.append(_mm_case(f"cutlass_streamk_m{m}", m, 264, 1040, scheduler="streamk", small=m == 1))
+        out.append(_mm_case("cutlass_persistent_m1", 1, 264, 1040, scheduler="persistent"))
+        out.append(_mm_case("cutlass_heuristic_split_m1_k8192", 1, 1024, 8192, small=True))
+        # Odd M, N, K within the 16-byte rules (N % 8, K % 16).
+        for m, n, k in ((1, 8, 16), (3, 24, 48), (7, 40, 80), (63, 8, 16), (129, 24, 1008), (257, 136, 48)):
+            out.append(_mm_case(f"cutlass_odd_m{m}_n{n}_k{k}", m, n, k))
+        # Row-strided operands (the binding reads strides, never rebuilds them) and one row of odd pitch.
+        out.append(_mm_case("cutlass_row_strided_m33", 33, 256, 512, a_pad=32, b_pad=16, small=True))
+        out.append(_mm_case("cutlass_row_strided_m300", 300, 256, 512, a_pad=64))
+        out.append(_mm_case("cutlass_one_row_odd_pitch", 1, 256, 512, a_pad=5))
+        out.extend(_empty_cases())
+        # W8A8Linear's single op: CUDA quantizer then CUTLASS, dynamic and static.
+        out.append(_linear_case("linear_cutlass_dynamic_m4", 4, 512, 256, "dynamic", small=True))
+        out.append(_linear_case("linear_cutlass_static_m17", 17, 512, 256, "static"))
+
+    if "cutlass_sm80" in names:
+        for cid, cname in enumerate(names["cutlass_sm80"]):
+            out.append(_mm_case(f"sm80_config{cid}_{cname}_small", 17, 136, 272, op="cutlass_sm80", config_id=cid, small=True))
+            out.append(_mm_case(f"sm80_config{cid}_{cname}_m300_fp16", 300, 264, 528, op="cutlass_sm80", config_id=cid,
+                                out_dtype=FP16, per_token=False, bias="out"))
+        for m in (1, 65, 1000):
+            out.append(_mm_case(f"sm80_ladder_m{m}", m, 264, 1040, op="cutlass_sm80"))
+
+    if dry or backends.unavailable_reason("cuda", torch.device(DEV), "quantize_per_token") is None:
+        # The CUDA quantizers: warp per row (K <= 1024 bf16), block per row (<= 16384), two-pass
+        # above; 16-byte vector loads, scalar loads for odd K, misaligned and row-strided rows.
+        for k in (1, 7, 100, 1032, 8200, 16392):
+            for dtype in (BF16, FP32):
+                out.append(_quant_case(f"cuda_per_token_k{k}_{str(dtype)[6:]}", 37, k, dtype, "cuda",
+                                       small=(k, dtype) in ((100, BF16), (8200, BF16))))
+        out.append(_quant_case("cuda_per_token_row_strided", 37, 1024, BF16, "cuda", pad=64))
+        out.append(_quant_case("cuda_per_token_offset_by_one", 37, 1024, BF16, "cuda", pad=8, offset=1))
+        for k, zp in ((7, None), (1032, torch.int8), (4096, torch.int32)):
+            out.append(_quant_case(f"cuda_static_k{k}", 37, k, BF16, "cuda", static=True, zp=zp, small=k == 1032))
+        out.append(_quant_case("cuda_static_offset_by_one", 37, 1024, FP16, "cuda", static=True, zp=torch.int8, pad=8, offset=1))
+
+    # Triton: each GEMM config row (picked by M), a K tail and an even K, and the quantizer paths.
+    for m in (1, 40, 100, 200, 600, 1100):
+        out.append(_mm_case(f"triton_mm_m{m}", m, 264, 272, op="triton", small=m in (1, 200)))
+    out.append(_mm_case("triton_mm_even_k", 100, 256, 512, op="triton", out_dtype=FP16, per_token=False, bias="out"))
+    out.append(_mm_case("triton_mm_row_strided", 33, 256, 512, op="triton", a_pad=5, b_pad=3))
+    out.append(_mm_case("triton_mm_fp32_out", 17, 72, 100, op="triton", out_dtype=FP32))
+    for k in (100, 9000):  # one tile in registers, and the two-pass streaming loop
+        out.append(_quant_case(f"triton_per_token_k{k}", 37, k, BF16, "triton", small=True))
+    out.append(_quant_case("triton_per_token_offset_by_one", 37, 1024, FP16, "triton", pad=8, offset=1))
+    out.append(_quant_case("triton_static_k1000", 37, 1000, BF16, "triton", static=True, zp=torch.int32, small=True))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--set", choices=("full", "small"), default="full")
+    p.add_argument("--only", default=None, help="run the cases whose name matches this regex")
+    p.add_argument("--list", action="store_true", help="print the case names and exit")
+    p.add_argument("--dry-run", action="store_true", help="no GPU needed: import, build and list the cases")
+    args = p.parse_args(argv)
+
+    if args.dry_run:
+        chosen = cases(None)
+    else:
+        if not torch.cuda.is_available():
+            print("sanitize_cases: no CUDA device (use --dry-run to check the script without one)")
+            return 2
+        config_names = {}
+        for op in ("cutlass", "cutlass_sm80"):
+            if op in backends.BACKENDS and backends.unavailable_reason(op, torch.device(DEV)) is None:
+                config_names[op] = _config_names(op)
+        if "cutlass" not in config_names:
+            print(f"sanitize_cases: CUTLASS unavailable ({backends.unavailable_reason('cutlass', torch.device(DEV))}); "
+                  "running the other kernels only")
+        chosen = cases(config_names)
+    chosen = [c for c in chosen if (args.set == "full" or c.small) and (args.only is None or re.search(args.only, c.name))]
+    if args.list or args.dry_run:
+        print("\n".join(c.name for c in chosen))
+        print(f"{len(chosen)} cases ({args.set})")
+        return 0
+
+    failed = 0
+    start = time.perf_counter()
+    for case in chosen:
+        t0 = time.perf_counter()
+        try:
+            problem = case.run()
+        except Exception as exc:  # a case must not stop the others from being sanitized
+            problem = f"{type(exc).__name__}: {exc}"
+        ms = (time.perf_counter() - t0) * 1e3
+        if problem is None:
+            print(f"ok   {case.name} ({ms:.0f} ms)", flush=True)
+        else:
+            failed += 1
+            print(f"FAIL {case.name}: {problem}", flush=True)
+    print(f"sanitize_cases: {len(chosen)} cases ({args.set}), {failed} failed, {time.perf_counter() - start:.1f} s")
+    return 3 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

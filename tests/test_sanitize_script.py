@@ -1,0 +1,30 @@
+"""benchmarks/sanitize.sh and its driver stay runnable without a GPU: the shell script parses and
+the driver builds its case list in --dry-run (the sanitizer itself runs on the H100)."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_sanitize_sh_parses():
+    subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "sanitize.sh")], check=True)
+
+
+def test_sanitize_cases_dry_run():
+    driver = str(ROOT / "benchmarks" / "sanitize_cases.py")
+    full = subprocess.run([sys.executable, driver, "--dry-run"], capture_output=True, text=True, check=True).stdout.splitlines()
+    small = subprocess.run([sys.executable, driver, "--dry-run", "--set", "small"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    names, small_names = full[:-1], small[:-1]
+    assert full[-1] == f"{len(names)} cases (full)" and small[-1] == f"{len(small_names)} cases (small)"
+    assert len(set(names)) == len(names), "case names must be unique"
+    assert set(small_names) < set(names)
+    # Every CUTLASS config bucket, the split-K / stream-K paths, the quantizers and Triton are there.
+    for prefix in ("cutlass_config0_", "cutlass_split_k4_", "cutlass_streamk_", "cutlass_heuristic_split", "cuda_per_token_",
+                   "cuda_static_", "linear_cutlass_", "triton_mm_", "triton_per_token_", "triton_static_"):
+        assert any(n.startswith(prefix) for n in small_names), prefix
