@@ -54,10 +54,11 @@ inline std::string scaled_mm_problem_error(const ScaledMmProblem& p) {
   };
   auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   auto address = [](const void* ptr) { return "address " + std::to_string(reinterpret_cast<uintptr_t>(ptr)); };
-  const std::string mnk = "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k);
+  // Messages are built only on failure: the entries run this check on every call.
+  auto mnk = [&p] { return "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k); };
   const int64_t kIntMax = 2147483647;
-  if (!(p.m > 0 && p.n > 0 && p.k > 0)) return expected("M, N, K > 0", mnk);
-  if (!(p.m <= kIntMax && p.n <= kIntMax && p.k <= kIntMax)) return expected("M, N, K < 2^31", mnk);
+  if (!(p.m > 0 && p.n > 0 && p.k > 0)) return expected("M, N, K > 0", mnk());
+  if (!(p.m <= kIntMax && p.n <= kIntMax && p.k <= kIntMax)) return expected("M, N, K < 2^31", mnk());
   if (p.k % 16 != 0) return expected("K % 16 == 0 (16-byte int8 rows)", "K=" + std::to_string(p.k));
   if (p.n % 8 != 0) return expected("N % 8 == 0 (16-byte output rows)", "N=" + std::to_string(p.n));
   if (!(p.lda >= p.k && p.lda % 16 == 0)) return expected("lda >= K and lda % 16 == 0", "lda=" + std::to_string(p.lda));

@@ -78,8 +78,11 @@ static_assert(table_matches_ids(), "kConfigs must list every ConfigId once, in i
   throw std::runtime_error("scaled_mm_sm90: " + message);
 }
 
-void require(bool ok, const char* what, const std::string& actual) {
-  if (!ok) fail(std::string("expected ") + what + ", got " + actual);
+// `what` and `actual` are callables building the message only when `ok` is
+// false: the checks run on every call, the strings are for the failures.
+template <class What, class Actual>
+void require(bool ok, What&& what, Actual&& actual) {
+  if (!ok) fail("expected " + std::string(what()) + ", got " + std::string(actual()));
 }
 
 // The binding checks the same rules with the op's wording first; these keep
@@ -88,20 +91,22 @@ void check_params(const ScaledMmSm90Params& p) {
   const std::string problem_error = scaled_mm_problem_error(p);
   if (!problem_error.empty()) fail(problem_error);
   require(p.config_id >= -1 && p.config_id < sm90::kNumConfigs,
-          ("config_id in [-1, " + std::to_string(sm90::kNumConfigs - 1) + "]").c_str(),
-          std::to_string(p.config_id));
-  require(p.sm_count > 0, "sm_count > 0", std::to_string(p.sm_count));
+          [] { return "config_id in [-1, " + std::to_string(sm90::kNumConfigs - 1) + "]"; },
+          [&] { return std::to_string(p.config_id); });
+  require(p.sm_count > 0, [] { return "sm_count > 0"; }, [&] { return std::to_string(p.sm_count); });
   require(p.scheduler == ScaledMmScheduler::kAuto || p.scheduler == ScaledMmScheduler::kPersistent ||
               p.scheduler == ScaledMmScheduler::kStreamK,
-          "scheduler auto, persistent or streamk", std::to_string(int(p.scheduler)));
+          [] { return "scheduler auto, persistent or streamk"; }, [&] { return std::to_string(int(p.scheduler)); });
   const int64_t k_tiles = (p.k + 127) / 128;
   require(p.split_k >= 0 && p.split_k <= k_tiles,
-          ("split_k in [1, " + std::to_string(k_tiles) + "] (the number of 128-wide K tiles) or 0").c_str(),
-          std::to_string(p.split_k));
+          [&] { return "split_k in [1, " + std::to_string(k_tiles) + "] (the number of 128-wide K tiles) or 0"; },
+          [&] { return std::to_string(p.split_k); });
   require(p.split_k <= 1 || p.scheduler == ScaledMmScheduler::kAuto,
-          "split_k > 1 only with scheduler auto (persistent never splits; streamk balances by itself)",
-          "split_k=" + std::to_string(p.split_k) + " with scheduler " +
-              (p.scheduler == ScaledMmScheduler::kPersistent ? "persistent" : "streamk"));
+          [] { return "split_k > 1 only with scheduler auto (persistent never splits; streamk balances by itself)"; },
+          [&] {
+            return "split_k=" + std::to_string(p.split_k) + " with scheduler " +
+                   (p.scheduler == ScaledMmScheduler::kPersistent ? "persistent" : "streamk");
+          });
 }
 
 const char* decomposition_name(Decomposition d) {
@@ -143,8 +148,8 @@ Plan plan(const ScaledMmSm90Params& p) {
   SchedulerOptions options = config.options;
   if (split) {
     require(config.stream_k,
-            "a stream-K-scheduler config for split_k > 1 or scheduler streamk (config_id -1 picks one)",
-            std::string("config ") + config.name + ", which uses the persistent scheduler");
+            [] { return "a stream-K-scheduler config for split_k > 1 or scheduler streamk (config_id -1 picks one)"; },
+            [&] { return std::string("config ") + config.name + ", which uses the persistent scheduler"; });
     options.decomposition = p.split_k > 1 ? Decomposition::kSplitK : Decomposition::kStreamK;
     options.splits = p.split_k > 1 ? p.split_k : 1;
   } else if (no_split && config.stream_k) {
@@ -191,7 +196,8 @@ void scaled_mm_sm90(const ScaledMmSm90Params& params, void* workspace, cudaStrea
   try {
     if (workspace == nullptr) {
       const size_t needed = config.workspace_size[int(params.out_dtype)](params, chosen.options);
-      require(needed == 0, "a workspace for this config", "null (needs " + std::to_string(needed) + " bytes)");
+      require(needed == 0, [] { return "a workspace for this config"; },
+              [&] { return "null (needs " + std::to_string(needed) + " bytes)"; });
     }
     config.run[int(params.out_dtype)](params, chosen.options, workspace, stream);
   } catch (const std::exception& e) {

@@ -1,7 +1,9 @@
-"""Test helpers: random int8 data, output poisoning and ulp distances."""
+"""Test helpers: random int8 data, output poisoning, ulp distances, CUDA-graph capture."""
 from __future__ import annotations
 
 import torch
+
+from w8a8.bench.harness import capture_graph  # noqa: F401  (one capture recipe for tests and benchmarks)
 
 # Relative L2 error of a W8A8Linear against its float nn.Linear, by activation dtype.
 # int8 rounding of weights and activations gives ~0.5-1.5% on Gaussian data;
@@ -87,3 +89,22 @@ def plant_special_rows(x: torch.Tensor) -> torch.Tensor:
             for j, v in enumerate(vals):
                 rows[i, (j * 7 + i) % k] = v
     return x
+
+
+def check_w8a8linear_graph(backend: str, m: int) -> None:
+    """A W8A8Linear (4096 -> 1024, bias) on ``backend`` captured in a CUDA graph and
+    replayed with new inputs: each replay within 1 ulp of the exact reference."""
+    import w8a8
+    from w8a8 import reference
+
+    lin = torch.nn.Linear(4096, 1024, bias=True, device="cuda", dtype=torch.bfloat16)
+    layer = w8a8.W8A8Linear.from_linear(lin, backend=backend)
+    x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+    graph, y = capture_graph(lambda: layer(x))
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        q, s = reference.quantize_per_token(x)
+        expected = reference.scaled_mm(q, layer.weight, s, layer.weight_scale, layer.bias, torch.bfloat16)
+        assert_ulp_close(y, expected, max_ulp=1)

@@ -7,7 +7,7 @@ import torch
 
 import w8a8
 from w8a8 import backends, reference
-from helpers import plant_special_rows, poison_allocator, rows_with_spread
+from helpers import capture_graph, plant_special_rows, poison_allocator, rows_with_spread
 
 pytestmark = pytest.mark.sm90
 
@@ -116,14 +116,7 @@ def test_default_quantizer_on_hopper_is_triton():
 
 def test_graph_capture():
     x = _rows(16, 4096, torch.bfloat16)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        w8a8.quantize_per_token(x, backend="cuda")
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        q, s = w8a8.quantize_per_token(x, backend="cuda")
+    graph, (q, s) = capture_graph(lambda: w8a8.quantize_per_token(x, backend="cuda"))
     for _ in range(3):
         x.copy_(_rows(16, 4096, torch.bfloat16))
         graph.replay()

@@ -9,7 +9,7 @@ import torch
 
 import w8a8
 from w8a8 import _extension, backends, reference
-from helpers import assert_ulp_close, poison_allocator, rand_int8, rand_scale
+from helpers import assert_ulp_close, check_w8a8linear_graph, poison_allocator, rand_int8, rand_scale
 
 pytestmark = pytest.mark.sm90
 
@@ -98,24 +98,7 @@ def test_default_backend_on_hopper_is_cutlass():
 
 @pytest.mark.parametrize("m", [1, 16, 200])
 def test_cuda_graph_capture_of_w8a8linear(m):
-    lin = torch.nn.Linear(4096, 1024, bias=True, device="cuda", dtype=torch.bfloat16)
-    layer = w8a8.W8A8Linear.from_linear(lin, backend="cutlass")
-    x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        layer(x)  # warm-up outside capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y = layer(x)
-    for _ in range(3):
-        x.copy_(torch.randn_like(x))
-        graph.replay()
-        torch.cuda.synchronize()
-        q, s = reference.quantize_per_token(x)
-        expected = reference.scaled_mm(q, layer.weight, s, layer.weight_scale, layer.bias, torch.bfloat16)
-        assert_ulp_close(y, expected, max_ulp=1)
+    check_w8a8linear_graph("cutlass", m)
 
 
 def _cuobjdump():

@@ -21,7 +21,7 @@ import torch
 
 import w8a8
 from w8a8 import backends
-from helpers import poison_allocator, rand_int8, rand_scale
+from helpers import capture_graph, poison_allocator, rand_int8, rand_scale
 
 RUNS = 100
 CUDA = torch.cuda.is_available()
@@ -119,14 +119,7 @@ def test_w8a8linear_100_runs(device, backend):
 
 def _graph(fn):
     """Capture fn() (after a warm-up on a side stream); returns (graph, static outputs)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
+    graph, out = capture_graph(fn)
     return graph, _as_list(out)
 
 

@@ -9,6 +9,7 @@ import torch
 
 import w8a8
 from w8a8.demo import DemoSize, TinyDecoder
+from helpers import capture_graph
 
 ON_GPU = torch.cuda.is_available()
 DEVICES = ["cpu"] + (["cuda"] if ON_GPU else [])
@@ -81,16 +82,7 @@ def test_reduce_overhead_mode_matches_eager():
 
 
 def _capture(model, static_x, stream=None, pool=None):
-    side = stream or torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):  # warm-up outside capture: loads kernels, fills the allocator
-            model(static_x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool, stream=stream):
-        static_out = model(static_x)
-    return graph, static_out
+    return capture_graph(lambda: model(static_x), warmups=2, stream=stream, pool=pool)
 
 
 @gpu

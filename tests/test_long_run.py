@@ -28,7 +28,7 @@ import torch
 
 import w8a8
 from w8a8 import backends, reference
-from helpers import assert_ulp_close
+from helpers import assert_ulp_close, capture_graph
 
 pytestmark = pytest.mark.cuda
 
@@ -104,15 +104,7 @@ def test_graph_replays_long_run(m):
     pool = _inputs(m)
     with torch.inference_mode():
         static_x = pool[0].clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                model(static_x)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_outs = model(static_x)
+        graph, static_outs = capture_graph(lambda: model(static_x), warmups=2)
         graph.replay()
         torch.cuda.synchronize()
         _check_outputs(model, static_x, static_outs, step=-1)  # also allocates what the checks keep (cuBLAS workspace)

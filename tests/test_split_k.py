@@ -8,7 +8,7 @@ import torch
 
 import w8a8
 from w8a8 import reference
-from helpers import assert_ulp_close, poison_allocator, rand_int8, rand_scale
+from helpers import assert_ulp_close, capture_graph, poison_allocator, rand_int8, rand_scale
 
 pytestmark = pytest.mark.sm90
 
@@ -82,14 +82,7 @@ def test_graph_capture_with_split_k():
     # must be part of the graph, or the second replay deadlocks or reads stale partials.
     m, n, k = 4, 4096, 14336
     a, b, sa, sb, bias = _operands(m, n, k)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        w8a8.scaled_mm(a, b, sa, sb, bias, backend="cutlass", split_k=4)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = w8a8.scaled_mm(a, b, sa, sb, bias, backend="cutlass", split_k=4)
+    graph, out = capture_graph(lambda: w8a8.scaled_mm(a, b, sa, sb, bias, backend="cutlass", split_k=4))
     for _ in range(5):
         a.copy_(rand_int8(m, k, device=DEV))
         sa.copy_(rand_scale(m, 1, device=DEV))

@@ -63,15 +63,7 @@ def wall_ms_per_step(fn) -> float:
 
 
 def graph_ms_per_step(model, x) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            model(x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        model(x)
+    graph, _ = harness.capture_graph(lambda: model(x), warmups=2)
     graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = []

@@ -69,19 +69,25 @@ def time_calls(calls: list[Callable[[], object]], device, replays: int = 20) -> 
     return Timing(med, (times[-1] - times[0]) / med)
 
 
+def capture_graph(fn: Callable[[], object], warmups: int = 1, stream=None, pool=None):
+    """``(graph, out)``: ``fn()`` run ``warmups`` times on a side stream (kernels loaded,
+    allocator settled), then captured into a CUDA graph (on ``stream`` / ``pool`` if
+    given); ``out`` is what the captured call returned, refreshed by each replay."""
+    side = stream or torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, stream=stream):
+        out = fn()
+    return graph, out
+
+
 def time_graph(calls: list[Callable[[], object]], replays: int = 20) -> Timing:
     """Median time per call of ``calls`` captured back to back in one CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for fn in calls:  # warm-up: kernels loaded, allocator settled
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for fn in calls:
-            fn()
+    graph, _ = capture_graph(lambda: [fn() for fn in calls])
     graph.replay()
     torch.cuda.synchronize()
     times = []
