@@ -13,6 +13,8 @@
 //       the config id that config_id = -1 runs for that shape on the current device.
 //   cutlass_sm80_archs() -> int[]
 //       the SM architectures this library holds the sm80 kernels for.
+//   cutlass_sm80_config_names() -> str[]
+//       the config table: entry i is the name of config_id i.
 #include <Python.h>
 
 #include <cstdint>
@@ -95,6 +97,12 @@ int64_t scaled_mm_cutlass_sm80_config(int64_t m, int64_t n, int64_t k) {
 // Keep in step with SM80_ARCHS in setup.py.
 std::vector<int64_t> cutlass_sm80_archs() { return {80, 86, 89, 90}; }
 
+std::vector<std::string> cutlass_sm80_config_names() {
+  std::vector<std::string> names;
+  for (int i = 0; i < scaled_mm_sm80_num_configs(); ++i) names.emplace_back(scaled_mm_sm80_config_name(i));
+  return names;
+}
+
 }  // namespace
 }  // namespace w8a8
 
@@ -104,6 +112,7 @@ TORCH_LIBRARY_FRAGMENT(w8a8, m) {
       "ScalarType out_dtype, int config_id=-1) -> Tensor");
   m.def("scaled_mm_cutlass_sm80_config(int m, int n, int k) -> int");
   m.def("cutlass_sm80_archs() -> int[]");
+  m.def("cutlass_sm80_config_names() -> str[]");
 }
 
 TORCH_LIBRARY_IMPL(w8a8, CUDA, m) { m.impl("scaled_mm_cutlass_sm80", &w8a8::scaled_mm_cutlass_sm80); }
@@ -111,6 +120,7 @@ TORCH_LIBRARY_IMPL(w8a8, CUDA, m) { m.impl("scaled_mm_cutlass_sm80", &w8a8::scal
 TORCH_LIBRARY_IMPL(w8a8, CompositeExplicitAutograd, m) {
   m.impl("scaled_mm_cutlass_sm80_config", &w8a8::scaled_mm_cutlass_sm80_config);
   m.impl("cutlass_sm80_archs", &w8a8::cutlass_sm80_archs);
+  m.impl("cutlass_sm80_config_names", &w8a8::cutlass_sm80_config_names);
 }
 
 // `import w8a8._C_sm80` loads this shared library (running the registrations

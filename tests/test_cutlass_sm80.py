@@ -29,6 +29,7 @@ def _need_sm80_kernels():
 
 
 M_SWEEP = [1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 1000, 2048]
+SM80_CONFIGS = _extension.cutlass_sm80_config_names()  # empty where w8a8._C_sm80 is not built
 NK = [(4096, 4096), (4096, 14336), (28672, 4096), (8, 16), (24, 48), (136, 272), (1000, 528)]
 
 
@@ -63,10 +64,10 @@ def test_m_sweep(m, n, k):
     _check(m, n, k)
 
 
-@pytest.mark.parametrize("config_id", range(7))
+@pytest.mark.parametrize("config_id", range(len(SM80_CONFIGS)))
 @pytest.mark.parametrize("m,n,k", [(1, 8, 16), (17, 136, 272), (129, 1000, 528), (300, 4096, 4096), (2048, 1024, 8192)])
 def test_every_config(config_id, m, n, k):
-    """Each entry of the config table (ids 0..6; 7 is refused in test_refusals_...), forced,
+    """Each entry of the config table (one past the last is refused in test_refusals_...), forced,
     on partial tiles in M, N and K."""
     _check(m, n, k, config_id=config_id)
 
@@ -116,9 +117,10 @@ def test_refusals_name_the_op_and_values():
     with pytest.raises(RuntimeError, match=r"cutlass_sm80.*16-byte aligned \(cp.async\)"):
         torch.ops.w8a8.scaled_mm_cutlass_sm80(wide[:, 1:], rand_int8(24, 64, device="cuda"), sa, sb, None,
                                                torch.bfloat16)
-    with pytest.raises(RuntimeError, match=r"cutlass_sm80.*config_id must be -1 .* got 7"):
+    past_the_table = len(SM80_CONFIGS)
+    with pytest.raises(RuntimeError, match=rf"cutlass_sm80.*config_id must be -1 .* got {past_the_table}"):
         torch.ops.w8a8.scaled_mm_cutlass_sm80(rand_int8(4, 64, device="cuda"), rand_int8(24, 64, device="cuda"),
-                                               sa, sb, None, torch.bfloat16, 7)
+                                               sa, sb, None, torch.bfloat16, past_the_table)
     with pytest.raises(ValueError, match=r"backend='cutlass_sm80' does not split K"):
         w8a8.scaled_mm(rand_int8(4, 256, device="cuda"), rand_int8(24, 256, device="cuda"), sa, sb,
                        backend=BACKEND, split_k=2)

@@ -28,3 +28,18 @@ def test_sanitize_cases_dry_run():
     for prefix in ("cutlass_config0_", "cutlass_split_k4_", "cutlass_streamk_", "cutlass_heuristic_split", "cuda_per_token_",
                    "cuda_static_", "linear_cutlass_", "triton_mm_", "triton_per_token_", "triton_static_"):
         assert any(n.startswith(prefix) for n in small_names), prefix
+
+
+def test_sanitize_cases_split_by_output_writer():
+    """initcheck's two parts (sanitize.sh): the TMA-store cases (sm90 CUTLASS) and the rest partition the set."""
+    driver = str(ROOT / "benchmarks" / "sanitize_cases.py")
+
+    def names(*extra):
+        out = subprocess.run([sys.executable, driver, "--dry-run", "--set", "small", *extra], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+        return set(out[:-1])
+
+    every, tma, other = names(), names("--outputs", "tma"), names("--outputs", "other")
+    assert tma and other and not (tma & other) and tma | other == every
+    assert all(n.startswith(("cutlass_", "linear_cutlass_")) for n in tma)
+    assert not any(n.startswith(("cutlass_", "linear_cutlass_")) for n in other)

@@ -38,3 +38,13 @@ def cutlass_sm80_archs() -> tuple[int, ...]:
     import torch
 
     return tuple(int(a) for a in torch.ops.w8a8.cutlass_sm80_archs())
+
+
+@functools.lru_cache(maxsize=None)
+def cutlass_sm80_config_names() -> tuple[str, ...]:
+    """The sm80 config table of ``w8a8._C_sm80``: entry i names config_id i (empty when not built)."""
+    if not load("_C_sm80")[0]:
+        return ()
+    import torch
+
+    return tuple(str(n) for n in torch.ops.w8a8.cutlass_sm80_config_names())

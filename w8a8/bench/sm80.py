@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from w8a8 import _extension
 from w8a8.bench import harness
 
 # Llama-3-8B projections: o (4096x4096), qkv (6144x4096), gate_up (28672x4096), down (4096x14336).
@@ -25,7 +26,6 @@ M_VALUES = list(range(1, 513))
 BF16_M = (1, 16, 32, 64, 128, 256, 512)
 # Acceptance of the sm80 issue: time(M) <= 1.3 x time(M - 1) for every M in 1..512.
 JUMP_LIMIT = 1.3
-NUM_CONFIGS = 7  # the table of csrc/scaled_mm_sm80.cu
 PASSES = 3
 
 
@@ -52,7 +52,7 @@ def bench_shape(n: int, k: int, ms: list[int], ceilings: dict, device="cuda", sw
         return torch.ops.w8a8.scaled_mm_cutlass_sm80(a_q[:m], w_q[i], a_s[:m], w_s[i], None, torch.bfloat16,
                                                      config_id)
 
-    for config_id in [-1] + (list(range(NUM_CONFIGS)) if sweep else []):
+    for config_id in [-1] + (list(range(len(_extension.cutlass_sm80_config_names()))) if sweep else []):
         name = "cutlass_sm80" if config_id < 0 else f"cutlass_sm80 config {config_id}"
         # PASSES sweeps over every M; each M keeps the median of its passes, so a
         # one-off slow graph (seen: single points 30% off their neighbours) is no step.
