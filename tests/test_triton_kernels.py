@@ -124,6 +124,25 @@ def test_per_token_random_and_special_rows(dtype, k):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("k", [3, 100, 4096, 9000])
+def test_per_token_row_stats_over_slices(dtype, k):
+    """Tensor parallelism: the row stats of K-slices, reduced by MAX, are the whole rows'
+    stats, and each slice quantized with them gives the whole rows' codes and scales."""
+    x = plant_special_rows(rows_with_spread(12, k, dtype))
+    stats = quant.per_token_row_stats(x)
+    assert torch.equal(stats, reference.per_token_row_stats(x))
+    cut = k // 3
+    slices = (x[:, :cut], x[:, cut:])
+    reduced = torch.maximum(*(quant.per_token_row_stats(s) for s in slices))
+    assert torch.equal(reduced, stats)
+    ref_q, ref_scale = reference.quantize_per_token(x)
+    for s, cols in zip(slices, (slice(0, cut), slice(cut, k))):
+        q, scale = quant.quantize_with_row_stats(s, reduced)
+        assert torch.equal(q, ref_q[:, cols]), f"{int((q != ref_q[:, cols]).sum())} codes differ"
+        assert_scale_equal(scale, ref_scale)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_per_token_exact_ties_round_half_to_even(dtype):
     """x = (j + 0.5) * s with s a power of two and one element 127 * s: scale == s exactly and
     x / scale lands exactly on every half integer in (-127, 127)."""

@@ -167,7 +167,7 @@ class W8A8Linear(nn.Module):
         ):
             # One C++ op (quantize + CUTLASS GEMM): the inputs are checked there.
             return torch.ops.w8a8.linear_cutlass.default(
-                x, self.weight, self.weight_scale, self.bias, self.input_scale, self._split_k, self._scheduler
+                x, self.weight, self.weight_scale, self.folded_bias(), self.input_scale, self._split_k, self._scheduler
             )
         return self.forward_composed(x)
 

@@ -37,16 +37,32 @@ SYMMETRIC_QMAX = 127.0
 
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Reference per-token symmetric quantization. See the module docstring."""
+    return quantize_with_row_stats(x, per_token_row_stats(x))
+
+
+def per_token_row_stats(x: torch.Tensor) -> torch.Tensor:
+    """What a row's per-token scale is derived from: fp32 [..., 1], the amax of |x| over
+    the row, or +Inf where the row holds any Inf/NaN. The MAX of the stats of a row's
+    K-slices is the stats of the whole row (tensor parallelism reduces it so)."""
     xf = x.float()
     finite_row = torch.isfinite(xf).all(dim=-1, keepdim=True)
     amax = xf.abs().nan_to_num(0.0, 0.0, 0.0).amax(dim=-1, keepdim=True)
+    return torch.where(finite_row, amax, torch.full_like(amax, float("inf")))
+
+
+def quantize_with_row_stats(x: torch.Tensor, stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q int8, scale fp32 [..., 1]) of x [..., K] from its rows' ``per_token_row_stats``."""
+    xf = x.float()
+    finite_row = torch.isfinite(stats)
+    amax = torch.where(finite_row, stats, torch.zeros_like(stats))
     # Divide by a tensor, not a Python scalar: torch's CUDA division by a scalar multiplies
     # by its reciprocal, which is not the correctly rounded quotient.
     scale = torch.where(finite_row, amax / torch.full_like(amax, SYMMETRIC_QMAX), torch.full_like(amax, float("nan")))
     # Zero rows (scale 0) and non-finite rows quantize to 0.
-    safe = torch.where(finite_row & (amax > 0), scale, torch.ones_like(scale))
+    quantizable = finite_row & (amax > 0)
+    safe = torch.where(quantizable, scale, torch.ones_like(scale))
     q = torch.round(xf / safe).clamp_(QMIN, QMAX)
-    q = torch.where(finite_row & (amax > 0), q, torch.zeros_like(q))
+    q = torch.where(quantizable, q, torch.zeros_like(q))
     return q.to(torch.int8), scale
 
 
@@ -80,7 +96,19 @@ def scaled_mm(
     out_dtype: torch.dtype = torch.bfloat16,
 ) -> torch.Tensor:
     """Reference scaled int8 matmul. See the module docstring."""
-    acc = int_mm_exact(a, b).float()
+    return dequantize(int_mm_exact(a, b), a_scale, b_scale, bias, out_dtype)
+
+
+def dequantize(
+    acc: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """The epilogue of ``scaled_mm`` on an exact int32 ``acc`` [M, N]: elementwise torch ops,
+    each rounded once (never fused), so on any device it gives the CUTLASS kernels' bits."""
+    acc = acc.float()
     m, n = acc.shape
     out = a_scale.float().reshape(-1, 1).expand(m, 1) * (b_scale.float().reshape(1, -1) * acc)
     if bias is not None:

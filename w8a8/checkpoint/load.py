@@ -180,6 +180,8 @@ def load_quantized(
     dtype: torch.dtype | None = None,
     strict: bool = True,
     progress: bool = False,
+    tp_plan: dict | None = None,
+    tp_group=None,
 ) -> nn.Module:
     """Load a compressed-tensors int8 checkpoint into a float model, swapping its Linears, in place.
 
@@ -193,6 +195,10 @@ def load_quantized(
     dtype : float dtype for the float tensors and biases (None: the model's).
     strict : unexpected checkpoint tensors are an error (False: a warning).
     progress : a tqdm bar over the tensors.
+    tp_plan, tp_group : tensor parallelism (``w8a8.parallel``): layer name -> ``Colwise()``
+        / ``Rowwise()``; those layers become this rank's shard of ``tp_group`` and only
+        their slices are copied out of the memory-mapped files (the checks still see the
+        whole tensors' headers).
 
     Returns
     -------
@@ -212,6 +218,15 @@ def load_quantized(
     config = parse_config(read_config(ckpt_dir), os.path.join(ckpt_dir, "config.json"))
     infos = read_headers(checkpoint_files(ckpt_dir))
     layers = plan(model, config)
+    tp_plan = dict(tp_plan or {})
+    for lname, style in tp_plan.items():
+        if lname not in layers:
+            raise CheckpointError(f"{_FN}: tp_plan names {lname!r}, which is not a quantized Linear of this checkpoint")
+        linear = model.get_submodule(lname)
+        try:
+            style.check(lname, linear.out_features, linear.in_features, layers[lname].input_zero_point, tp_group)
+        except ValueError as exc:
+            raise CheckpointError(f"{_FN}: {exc}") from None
     specs, aliases = expected_tensors(model, layers, dtype)
     check(infos, specs, aliases, strict)
     persistent = set(model.state_dict(keep_vars=True))
@@ -239,12 +254,17 @@ def load_quantized(
             continue
         elif spec.kind == "float" and t.dtype != spec.dtype:
             t = t.to(spec.dtype)
+        lname, _, buffer = name.rpartition(".")
+        if lname in layers and buffer == "weight_scale":
+            n = model.get_submodule(lname).out_features
+            if t.numel() == 1 and n != 1:
+                t = t.expand(n)  # a per-tensor scale, per channel (sliced below, copied at the end)
+        if lname in tp_plan:
+            linear = model.get_submodule(lname)
+            t = tp_plan[lname].slice(buffer, t, linear.out_features, linear.in_features, tp_group)
         state[name] = t if device is None else t.to(device)
-    for lname, scheme in layers.items():
-        n = model.get_submodule(lname).out_features
-        key = f"{lname}.weight_scale"
-        if state[key].numel() == 1 and n != 1:
-            state[key] = state[key].expand(n).contiguous()
+    for key in [f"{lname}.weight_scale" for lname in layers]:
+        state[key] = state[key].contiguous()
     for group in aliases:
         present = next(n for n in group if n in state)
         for n in group:
@@ -256,15 +276,11 @@ def load_quantized(
         parent = model.get_submodule(parent_name)
         linear = getattr(parent, child)
         bias = state.get(f"{lname}.bias")
+        args = dict(in_features=linear.in_features, out_features=linear.out_features, bias=linear.bias is not None,
+                    act_quant=scheme.act_quant, dtype=bias.dtype if bias is not None else None,
+                    input_zero_point=scheme.input_zero_point)
         with torch.device("meta"):
-            layer = W8A8Linear(
-                linear.in_features,
-                linear.out_features,
-                bias=linear.bias is not None,
-                act_quant=scheme.act_quant,
-                dtype=bias.dtype if bias is not None else None,
-                input_zero_point=scheme.input_zero_point,
-            )
+            layer = tp_plan[lname].empty(args, tp_group) if lname in tp_plan else W8A8Linear(**args)
         setattr(parent, child, layer)
     model.load_state_dict(state, strict=True, assign=True)
     return model

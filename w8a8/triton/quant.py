@@ -163,16 +163,49 @@ def _quantize_rows(xf, safe_scale, quantizable):
 
 
 @triton.jit
+def _stream_row_stats(x_rows, row_in, cols, K, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """(amax, bad) of whole rows, read BLOCK_K columns at a time."""
+    amax = tl.zeros([ROWS], dtype=tl.float32)
+    bad = tl.zeros([ROWS], dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        mask = row_in[:, None] & (cols + k0 < K)
+        xf = tl.load(x_rows + k0 + cols, mask=mask, other=0.0).to(tl.float32)
+        tile_amax, tile_bad = _row_stats(xf)
+        amax = tl.maximum(amax, tile_amax)
+        bad = tl.maximum(bad, tile_bad)
+    return amax, bad
+
+
+@triton.jit
+def _per_token_row_stats_kernel(
+    x_ptr,  # [R, K] fp16/bf16/fp32, row stride stride_xr, unit column stride
+    stats_ptr,  # [R] fp32: amax, or +Inf for a row holding Inf/NaN (reference.per_token_row_stats)
+    R,
+    K,
+    stride_xr,
+    ROWS: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_in = rows < R
+    x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xr
+    amax, bad = _stream_row_stats(x_rows, row_in, tl.arange(0, BLOCK_K)[None, :], K, ROWS, BLOCK_K)
+    tl.store(stats_ptr + rows, tl.where(bad != 0, _INF, amax), mask=row_in)
+
+
+@triton.jit
 def _quantize_per_token_kernel(
     x_ptr,  # [R, K] fp16/bf16/fp32, row stride stride_xr, unit column stride
     q_ptr,  # [R, K] int8, contiguous
     scale_ptr,  # [R] fp32
+    stats_ptr,  # [R] fp32 row stats given by the caller (read only with STATS_IN)
     R,
     K,
     stride_xr,
     ROWS: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
+    STATS_IN: tl.constexpr,
 ):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_in = rows < R
@@ -184,16 +217,14 @@ def _quantize_per_token_kernel(
     if SINGLE_PASS:
         mask = row_in[:, None] & (cols < K)
         xf = tl.load(x_rows + cols, mask=mask, other=0.0).to(tl.float32)
+    if STATS_IN:  # the stats of whole rows of which x holds a slice (tensor parallelism)
+        stats = tl.load(stats_ptr + rows, mask=row_in, other=0.0)
+        bad = (stats == _INF).to(tl.int32)
+        amax = tl.where(bad != 0, 0.0, stats)
+    elif SINGLE_PASS:
         amax, bad = _row_stats(xf)
     else:
-        amax = tl.zeros([ROWS], dtype=tl.float32)
-        bad = tl.zeros([ROWS], dtype=tl.int32)
-        for k0 in range(0, K, BLOCK_K):
-            mask = row_in[:, None] & (cols + k0 < K)
-            xf = tl.load(x_rows + k0 + cols, mask=mask, other=0.0).to(tl.float32)
-            tile_amax, tile_bad = _row_stats(xf)
-            amax = tl.maximum(amax, tile_amax)
-            bad = tl.maximum(bad, tile_bad)
+        amax, bad = _stream_row_stats(x_rows, row_in, cols, K, ROWS, BLOCK_K)
 
     scale = tl.math.div_rn(amax, _SYMMETRIC_QMAX)
     quantizable = (bad == 0) & (amax > 0.0)
@@ -255,7 +286,8 @@ def _as_rows(x: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_per_token_out(
-    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, config: PerTokenConfig | None = None
+    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, config: PerTokenConfig | None = None,
+    row_stats: torch.Tensor | None = None,
 ) -> None:
     """Per-token quantization into preallocated outputs (see ``quantize_per_token``).
 
@@ -265,6 +297,8 @@ def quantize_per_token_out(
     q : [..., K] int8, contiguous; written whole.
     scale : [..., 1] fp32, contiguous; written whole.
     config : launch config; ``per_token_config(K)`` when None (tests force the others).
+    row_stats : None, or fp32 [R] stats of the whole rows (``per_token_row_stats``, reduced
+        over the ranks that hold K-slices of them) to derive the scales from instead of x's.
     """
     k = x.shape[-1]
     assert k >= 1, "w8a8 triton quantize_per_token: K must be >= 1"
@@ -278,9 +312,38 @@ def quantize_per_token_out(
     grid = (triton.cdiv(r, cfg.rows),)
     with launching(x2):
         _quantize_per_token_kernel[grid](
-            x2, q, scale, r, k, x2.stride(0),
-            ROWS=cfg.rows, BLOCK_K=cfg.block_k, SINGLE_PASS=cfg.single_pass, num_warps=cfg.num_warps,
+            x2, q, scale, scale if row_stats is None else row_stats, r, k, x2.stride(0),
+            ROWS=cfg.rows, BLOCK_K=cfg.block_k, SINGLE_PASS=cfg.single_pass, STATS_IN=row_stats is not None,
+            num_warps=cfg.num_warps,
         )
+
+
+def per_token_row_stats(x: torch.Tensor) -> torch.Tensor:
+    """``reference.per_token_row_stats`` of x [..., K] (CUDA): fp32 [..., 1]."""
+    k = x.shape[-1]
+    assert k >= 1, "w8a8 triton per_token_row_stats: K must be >= 1"
+    stats = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    if x.numel() == 0:
+        return stats
+    x2 = _as_rows(x)
+    r = x2.shape[0]
+    cfg = per_token_config(k)
+    with launching(x2):
+        _per_token_row_stats_kernel[(triton.cdiv(r, cfg.rows),)](
+            x2, stats, r, k, x2.stride(0), ROWS=cfg.rows, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps
+        )
+    return stats
+
+
+def quantize_with_row_stats(x: torch.Tensor, row_stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``reference.quantize_with_row_stats``: x's rows quantized with the scales their
+    (possibly all-reduced) ``row_stats`` [..., 1] give; returns (q, scale)."""
+    assert row_stats.dtype == torch.float32 and row_stats.is_contiguous()
+    assert row_stats.numel() * x.shape[-1] == x.numel()
+    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    quantize_per_token_out(x, q, scale, row_stats=row_stats)
+    return q, scale
 
 
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
