@@ -289,7 +289,26 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
         out.append(_quant_case(f"triton_per_token_k{k}", 37, k, BF16, "triton", small=True))
     out.append(_quant_case("triton_per_token_offset_by_one", 37, 1024, FP16, "triton", pad=8, offset=1))
     out.append(_quant_case("triton_static_k1000", 37, 1000, BF16, "triton", static=True, zp=torch.int32, small=True))
+    # Tensor parallelism's row-parallel quantizer: row stats of K-slices, then each slice
+    # quantized with the rows' reduced stats (one tile in registers, and the streaming loop).
+    for k in (100, 9000):
+        out.append(_row_stats_case(f"triton_row_stats_slices_k{k}", 37, k, small=k == 9000))
     return out
+
+
+def _row_stats_case(name, r, k, small=False) -> SanitizeCase:
+    def run():
+        from w8a8.triton import quant
+
+        x, x_d = _rows(_gen("row_stats", r, k), r, k, BF16)
+        cut = k // 3
+        stats = torch.maximum(quant.per_token_row_stats(x_d[:, :cut]), quant.per_token_row_stats(x_d[:, cut:]))
+        q_head, s = quant.quantize_with_row_stats(x_d[:, :cut], stats)
+        q_tail, _ = quant.quantize_with_row_stats(x_d[:, cut:], stats)
+        torch.cuda.synchronize()
+        return _codes_diff(torch.cat([q_head.cpu(), q_tail.cpu()], dim=1), s, *reference.quantize_per_token(x))
+
+    return SanitizeCase(name, run, small)
 
 
 def main(argv: list[str] | None = None) -> int:
