@@ -495,13 +495,15 @@ _SM90_COMPILE_SCRIPT = textwrap.dedent(
             cvt_rn_out=count(r"cvt\\.rn\\.(bf16|f16)(x2)?\\.f32"), **extra,
         )))
 
-    sig = dict(x_ptr="*bf16", q_ptr="*i8", scale_ptr="*fp32", R="i32", K="i32", stride_xr="i32",
-               ROWS="constexpr", BLOCK_K="constexpr", SINGLE_PASS="constexpr")
-    for dtype, k in [("*bf16", 100), ("*bf16", 4096), ("*bf16", 14336), ("*fp32", 14336), ("*fp16", 32768)]:
+    sig = dict(x_ptr="*bf16", q_ptr="*i8", scale_ptr="*fp32", stats_ptr="*fp32", R="i32", K="i32", stride_xr="i32",
+               ROWS="constexpr", BLOCK_K="constexpr", SINGLE_PASS="constexpr", STATS_IN="constexpr")
+    for dtype, k, stats_in in [("*bf16", 100, False), ("*bf16", 4096, False), ("*bf16", 14336, False),
+                               ("*fp32", 14336, False), ("*fp16", 32768, False), ("*bf16", 100, True),
+                               ("*bf16", 14336, True)]:
         c = quant.per_token_config(k)
-        facts(f"per_token/{dtype[1:]}/K={k}", quant._quantize_per_token_kernel, dict(sig, x_ptr=dtype),
-              dict(ROWS=c.rows, BLOCK_K=c.block_k, SINGLE_PASS=c.single_pass), dict(num_warps=c.num_warps),
-              [0, 1, 2, 5])
+        facts(f"per_token/{dtype[1:]}/K={k}/stats_in={stats_in}", quant._quantize_per_token_kernel,
+              dict(sig, x_ptr=dtype), dict(ROWS=c.rows, BLOCK_K=c.block_k, SINGLE_PASS=c.single_pass, STATS_IN=stats_in),
+              dict(num_warps=c.num_warps), [0, 1, 2, 3, 6])
     c = quant.static_config(4096)
     facts("static", quant._quantize_static_kernel,
           dict(x_ptr="*fp16", q_ptr="*i8", scale_ptr="*fp32", zp_ptr="*i32", R="i32", K="i32", stride_xr="i32",
@@ -546,7 +548,7 @@ def sm90_ptx_facts():
 def test_sm90_quantize_ptx_is_ieee(sm90_ptx_facts):
     """On the GPU: IEEE divisions (never div.full/approx), no flush-to-zero, rint not folded away."""
     quant_facts = [f for name, f in sm90_ptx_facts.items() if not name.startswith("scaled_mm")]
-    assert len(quant_facts) == 6
+    assert len(quant_facts) == 8
     for f in quant_facts:
         assert f["div_rn"] > 0 and f["div_inexact"] == 0 and f["ftz"] == 0, f
         assert f["rint_add"] > 0 and f["rint_add"] == f["rint_sub"], f
