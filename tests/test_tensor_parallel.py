@@ -184,6 +184,28 @@ def test_sharded_equals_unsharded_nccl(tmp_path):
     _spawn("nccl", tmp_path)
 
 
+def test_sharded_load_refusals(tmp_path):
+    """A tp_plan the checkpoint or the group cannot serve is refused before the model changes."""
+    dist_file = tempfile.mktemp()
+    dist.init_process_group("gloo", init_method=f"file://{dist_file}", rank=0, world_size=1)
+    try:
+        full = _quantized(64, 96, "dynamic", torch.float32, "cpu", 0)
+        ckpt = str(tmp_path / "ckpt")
+        w8a8.save_quantized(full, ckpt, scale_dtype=torch.float32, progress=False)
+        fresh = MLP(64, 96)
+        before = {k: v.clone() for k, v in fresh.state_dict().items()}
+        with pytest.raises(w8a8.CheckpointError, match=r"tp_plan names 'mlp.nope'"):
+            w8a8.load_quantized(fresh, ckpt, tp_plan={"mlp.nope": Rowwise()})
+        with pytest.raises(w8a8.CheckpointError, match=r"gate_up_proj: Colwise output_sizes \[96, 95\] must add up"):
+            w8a8.load_quantized(fresh, ckpt, tp_plan={"gate_up_proj": Colwise(output_sizes=(96, 95))})
+        assert all(type(m) is nn.Linear for m in (fresh.gate_up_proj, fresh.down_proj, fresh.q_proj, fresh.o_proj))
+        assert all(torch.equal(v, before[k]) for k, v in fresh.state_dict().items())
+    finally:
+        dist.destroy_process_group()
+        if os.path.exists(dist_file):
+            os.remove(dist_file)
+
+
 def test_plan_refusals():
     """Bad plans are refused before anything changes, naming the layer and the sizes."""
     dist_file = tempfile.mktemp()
