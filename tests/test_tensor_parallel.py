@@ -167,6 +167,34 @@ def _worker(rank, backend, init_file, ckpt, seed):
         dist.destroy_process_group()
 
 
+def _hf_llama_worker(rank, init_file, seed):
+    """A whole (tiny) HF Llama, quantized, then sharded by llama_plan: logits bit-identical."""
+    import transformers
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=120))
+    try:
+        config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                          attn_implementation="eager")
+
+        def model():
+            torch.manual_seed(seed)
+            m = transformers.LlamaForCausalLM(config).eval()
+            w8a8.quantize_model(m, progress=False)
+            return m
+
+        full, sharded = model(), model()
+        plan = llama_plan(sharded)
+        assert sum(isinstance(s, Rowwise) for s in plan.values()) == 4 and len(plan) == 14, plan
+        shard_model(sharded, plan)
+        ids = torch.randint(0, 128, (2, 9), generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            _assert_bitwise(sharded(ids).logits, full(ids).logits, f"rank {rank} HF Llama logits")
+    finally:
+        dist.destroy_process_group()
+
+
 def _spawn(backend, tmp_path):
     seed = int(torch.randint(0, 2**30, ()).item())  # drawn under the test's reported seed
     init_file = str(tmp_path / "init")
@@ -176,6 +204,13 @@ def _spawn(backend, tmp_path):
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed with gloo")
 def test_sharded_equals_unsharded_gloo(tmp_path):
     _spawn("gloo", tmp_path)
+
+
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed with gloo")
+def test_hf_llama_sharded_by_llama_plan_gloo(tmp_path):
+    pytest.importorskip("transformers", reason="the HF model test needs transformers (pip install .[test])")
+    seed = int(torch.randint(0, 2**30, ()).item())
+    mp.spawn(_hf_llama_worker, args=(str(tmp_path / "init"), seed), nprocs=WORLD, join=True)
 
 
 @pytest.mark.cuda
