@@ -5,8 +5,6 @@ Two processes each: gloo on the CPU (reference backend; runs in CI), NCCL on two
 a sharded decode step is also captured in a CUDA graph and replayed on new inputs.
 """
 import datetime
-import os
-import tempfile
 
 import pytest
 import torch
@@ -219,42 +217,41 @@ def test_sharded_equals_unsharded_nccl(tmp_path):
     _spawn("nccl", tmp_path)
 
 
-def test_sharded_load_refusals(tmp_path):
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A gloo process group of this process alone (world size 1), for the refusal tests."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'one_rank'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_sharded_load_refusals(tmp_path, one_rank_group):
     """A tp_plan the checkpoint or the group cannot serve is refused before the model changes."""
-    dist_file = tempfile.mktemp()
-    dist.init_process_group("gloo", init_method=f"file://{dist_file}", rank=0, world_size=1)
-    try:
-        full = _quantized(64, 96, "dynamic", torch.float32, "cpu", 0)
-        ckpt = str(tmp_path / "ckpt")
-        w8a8.save_quantized(full, ckpt, scale_dtype=torch.float32, progress=False)
-        fresh = MLP(64, 96)
-        before = {k: v.clone() for k, v in fresh.state_dict().items()}
-        with pytest.raises(w8a8.CheckpointError, match=r"tp_plan names 'mlp.nope'"):
-            w8a8.load_quantized(fresh, ckpt, tp_plan={"mlp.nope": Rowwise()})
-        with pytest.raises(w8a8.CheckpointError, match=r"gate_up_proj: Colwise output_sizes \[96, 95\] must add up"):
-            w8a8.load_quantized(fresh, ckpt, tp_plan={"gate_up_proj": Colwise(output_sizes=(96, 95))})
-        assert all(type(m) is nn.Linear for m in (fresh.gate_up_proj, fresh.down_proj, fresh.q_proj, fresh.o_proj))
-        assert all(torch.equal(v, before[k]) for k, v in fresh.state_dict().items())
-    finally:
-        dist.destroy_process_group()
-        if os.path.exists(dist_file):
-            os.remove(dist_file)
+    full = _quantized(64, 96, "dynamic", torch.float32, "cpu", 0)
+    ckpt = str(tmp_path / "ckpt")
+    w8a8.save_quantized(full, ckpt, scale_dtype=torch.float32, progress=False)
+    fresh = MLP(64, 96)
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with pytest.raises(w8a8.CheckpointError, match=r"tp_plan names 'mlp.nope'"):
+        w8a8.load_quantized(fresh, ckpt, tp_plan={"mlp.nope": Rowwise()})
+    with pytest.raises(w8a8.CheckpointError, match=r"gate_up_proj: Colwise output_sizes \[96, 95\] must add up"):
+        w8a8.load_quantized(fresh, ckpt, tp_plan={"gate_up_proj": Colwise(output_sizes=(96, 95))})
+    # Found at review: a bad reduce mode used to pass the checks and fail mid-swap.
+    with pytest.raises(w8a8.CheckpointError, match=r"o_proj: Rowwise reduce must be one of .* got 'bf16'"):
+        w8a8.load_quantized(fresh, ckpt, tp_plan={"down_proj": Rowwise(), "o_proj": Rowwise(reduce="bf16")})
+    assert all(type(m) is nn.Linear for m in (fresh.gate_up_proj, fresh.down_proj, fresh.q_proj, fresh.o_proj))
+    assert all(torch.equal(v, before[k]) for k, v in fresh.state_dict().items())
 
 
-def test_plan_refusals():
+def test_plan_refusals(one_rank_group):
     """Bad plans are refused before anything changes, naming the layer and the sizes."""
-    dist_file = tempfile.mktemp()
-    dist.init_process_group("gloo", init_method=f"file://{dist_file}", rank=0, world_size=1) if not dist.is_initialized() else None
-    try:
-        model = _quantized(64, 96, "dynamic", torch.float32, "cpu", 0)
-        before = {k: v.clone() for k, v in model.state_dict().items()}
-        with pytest.raises(ValueError, match=r"gate_up_proj: Colwise output_sizes \[96, 95\] must add up to out_features = 192"):
-            shard_model(model, {"down_proj": Rowwise(), "gate_up_proj": Colwise(output_sizes=(96, 95))})
-        with pytest.raises(ValueError, match=r"the plan names 'nope'"):
-            shard_model(model, {"nope": Rowwise()})
-        assert type(model.down_proj) is w8a8.W8A8Linear
-        assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    finally:
-        dist.destroy_process_group()
-        if os.path.exists(dist_file):
-            os.remove(dist_file)
+    model = _quantized(64, 96, "dynamic", torch.float32, "cpu", 0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"gate_up_proj: Colwise output_sizes \[96, 95\] must add up to out_features = 192"):
+        shard_model(model, {"down_proj": Rowwise(), "gate_up_proj": Colwise(output_sizes=(96, 95))})
+    with pytest.raises(ValueError, match=r"the plan names 'nope'"):
+        shard_model(model, {"nope": Rowwise()})
+    with pytest.raises(ValueError, match=r"o_proj: Rowwise reduce must be one of .* got 'bf16'"):
+        shard_model(model, {"down_proj": Rowwise(), "o_proj": Rowwise(reduce="bf16")})
+    assert type(model.down_proj) is w8a8.W8A8Linear
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())

@@ -26,6 +26,7 @@ from w8a8.linear import W8A8Linear
 
 _COL = "ColumnParallelW8A8Linear"
 _ROW = "RowParallelW8A8Linear"
+REDUCE_MODES = ("int32", "dequantized")
 
 
 def group_rank_world(group) -> tuple[int, int]:
@@ -38,6 +39,28 @@ def shard_bounds(size: int, rank: int, world: int, what: str) -> tuple[int, int]
         raise ValueError(f"w8a8.parallel: {what} = {size} does not split evenly over {world} ranks")
     block = size // world
     return rank * block, (rank + 1) * block
+
+
+def check_column_split(what: str, out_features: int, output_sizes, group) -> list[int]:
+    """The pieces of a column-parallel output (default: one), checked: they add up to
+    ``out_features`` and each splits evenly over ``group``. ``what`` names the layer."""
+    sizes = list(output_sizes) if output_sizes is not None else [out_features]
+    if sum(sizes) != out_features:
+        raise ValueError(f"w8a8.parallel: {what} output_sizes {sizes} must add up to out_features = {out_features}")
+    rank, world = group_rank_world(group)
+    for i, size in enumerate(sizes):
+        shard_bounds(size, rank, world, f"{what} output piece {i}")
+    return sizes
+
+
+def check_row_split(what: str, in_features: int, input_zero_point: bool, reduce: str, group) -> None:
+    """Raise unless a row-parallel shard of this layer can exist (``what`` names the layer)."""
+    if reduce not in REDUCE_MODES:
+        raise ValueError(f"w8a8.parallel: {what} reduce must be one of {REDUCE_MODES}, got {reduce!r}")
+    if input_zero_point:
+        raise ValueError(f"w8a8.parallel: {what} does not take layers with an input zero point (its bias correction "
+                         "needs the whole K); shard it column-wise or keep it whole")
+    shard_bounds(in_features, *group_rank_world(group), f"{what} in_features")
 
 
 def column_rows(output_sizes: list[int], rank: int, world: int) -> torch.Tensor:
@@ -61,13 +84,8 @@ class ColumnParallelW8A8Linear(W8A8Linear):
 
     def __init__(self, in_features: int, out_features: int, *, group=None, output_sizes: list[int] | None = None,
                  gather_output: bool = False, **kwargs) -> None:
-        rank, world = group_rank_world(group)
-        self.output_sizes = list(output_sizes) if output_sizes is not None else [out_features]
-        if sum(self.output_sizes) != out_features:
-            raise ValueError(f"{_COL}: output_sizes {self.output_sizes} must add up to out_features = {out_features}")
-        for i, size in enumerate(self.output_sizes):
-            shard_bounds(size, rank, world, f"{_COL}: output piece {i}")
-        super().__init__(in_features, out_features // world, **kwargs)
+        self.output_sizes = check_column_split(_COL, out_features, output_sizes, group)
+        super().__init__(in_features, out_features // dist.get_world_size(group), **kwargs)
         self.group, self.gather_output, self.full_out_features = group, gather_output, out_features
 
     @classmethod
@@ -103,9 +121,6 @@ class ColumnParallelW8A8Linear(W8A8Linear):
         return super().extra_repr() + f", full_out_features={self.full_out_features}, gather_output={self.gather_output}"
 
 
-REDUCE_MODES = ("int32", "dequantized")
-
-
 class RowParallelW8A8Linear(W8A8Linear):
     """A ``W8A8Linear`` over this rank's K-slice whose output is reduced over the group:
     whole and identical on every rank. ``forward`` takes the input's K-slice
@@ -126,13 +141,8 @@ class RowParallelW8A8Linear(W8A8Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, act_quant: str = "dynamic",
                  backend: str | None = None, *, group=None, reduce: str = "int32", device=None,
                  dtype: torch.dtype | None = None, input_zero_point: bool = False) -> None:
-        if reduce not in REDUCE_MODES:
-            raise ValueError(f"{_ROW}: reduce must be one of {REDUCE_MODES}, got {reduce!r}")
-        if input_zero_point:
-            raise ValueError(f"{_ROW}: layers with an input zero point are not supported (its bias correction "
-                             "needs the whole K); shard them column-wise or keep them whole")
+        check_row_split(_ROW, in_features, input_zero_point, reduce, group)
         rank, world = group_rank_world(group)
-        shard_bounds(in_features, rank, world, f"{_ROW}: in_features")
         super().__init__(in_features // world, out_features, bias=bias, act_quant=act_quant, backend=backend,
                          device=device, dtype=dtype)
         self.group, self.reduce, self.full_in_features, self.rank = group, reduce, in_features, rank

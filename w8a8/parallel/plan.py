@@ -12,6 +12,8 @@ from w8a8.linear import W8A8Linear
 from w8a8.parallel.layers import (
     ColumnParallelW8A8Linear,
     RowParallelW8A8Linear,
+    check_column_split,
+    check_row_split,
     column_rows,
     group_rank_world,
     shard_bounds,
@@ -28,24 +30,18 @@ class Colwise:
 
     def check(self, name: str, out_features: int, in_features: int, input_zero_point: bool, group) -> None:
         """Raise (naming the layer) if this layer cannot shard so over ``group``."""
-        sizes = list(self.output_sizes) if self.output_sizes is not None else [out_features]
-        if sum(sizes) != out_features:
-            raise ValueError(f"w8a8.parallel: {name}: Colwise output_sizes {sizes} must add up to out_features = "
-                             f"{out_features}")
-        for i, size in enumerate(sizes):
-            shard_bounds(size, *group_rank_world(group), f"{name}: output piece {i}")
+        check_column_split(f"{name}: Colwise", out_features, self.output_sizes, group)
 
     def shard(self, layer: W8A8Linear, group) -> ColumnParallelW8A8Linear:
-        sizes = list(self.output_sizes) if self.output_sizes is not None else None
-        return ColumnParallelW8A8Linear.from_full(layer, group, sizes, self.gather_output)
+        return ColumnParallelW8A8Linear.from_full(layer, group, self.output_sizes, self.gather_output)
 
     def empty(self, layer_args: dict, group) -> ColumnParallelW8A8Linear:
-        sizes = list(self.output_sizes) if self.output_sizes is not None else None
-        return ColumnParallelW8A8Linear(**layer_args, group=group, output_sizes=sizes, gather_output=self.gather_output)
+        return ColumnParallelW8A8Linear(**layer_args, group=group, output_sizes=self.output_sizes,
+                                        gather_output=self.gather_output)
 
     def slice(self, buffer: str, t: torch.Tensor, out_features: int, in_features: int, group) -> torch.Tensor:
         if buffer in ("weight", "weight_scale", "bias"):
-            sizes = list(self.output_sizes) if self.output_sizes is not None else [out_features]
+            sizes = check_column_split("Colwise", out_features, self.output_sizes, group)
             return t.index_select(0, column_rows(sizes, *group_rank_world(group)))
         return t  # input_scale, input_zero_point: replicated
 
@@ -59,16 +55,12 @@ class Rowwise:
 
     def check(self, name: str, out_features: int, in_features: int, input_zero_point: bool, group) -> None:
         """Raise (naming the layer) if this layer cannot shard so over ``group``."""
-        if input_zero_point:
-            raise ValueError(f"w8a8.parallel: {name}: Rowwise does not take layers with an input zero point (its "
-                             "bias correction needs the whole K); shard it Colwise or keep it whole")
-        shard_bounds(in_features, *group_rank_world(group), f"{name}: in_features")
+        check_row_split(f"{name}: Rowwise", in_features, input_zero_point, self.reduce, group)
 
     def shard(self, layer: W8A8Linear, group) -> RowParallelW8A8Linear:
         return RowParallelW8A8Linear.from_full(layer, group, self.reduce)
 
     def empty(self, layer_args: dict, group) -> RowParallelW8A8Linear:
-        layer_args = {k: v for k, v in layer_args.items() if k != "input_zero_point"}  # refused by check()
         return RowParallelW8A8Linear(**layer_args, group=group, reduce=self.reduce)
 
     def slice(self, buffer: str, t: torch.Tensor, out_features: int, in_features: int, group) -> torch.Tensor:
