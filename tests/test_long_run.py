@@ -74,14 +74,19 @@ def _layer_reference(layer: w8a8.W8A8Linear, x: torch.Tensor) -> torch.Tensor:
     return reference.scaled_mm(q, layer.weight, s, layer.weight_scale, layer.folded_bias(), x.dtype)
 
 
-def _check_outputs(model: Stack, x: torch.Tensor, outs: list[torch.Tensor], step: int) -> None:
-    """Each layer against the reference on the input it was given; the whole stack against eager."""
+def _check_layers(model: Stack, x: torch.Tensor, outs: list[torch.Tensor], where: str) -> None:
+    """Each layer's output against the reference on the input it was given."""
     inputs = [x, *outs[:-1]]
     for i, (layer, inp, out) in enumerate(zip(model.layers, inputs, outs)):
         try:
             assert_ulp_close(out, _layer_reference(layer, inp), max_ulp=1)
         except AssertionError as exc:
-            raise AssertionError(f"step {step}, layer {i}: {exc}") from None
+            raise AssertionError(f"{where}, layer {i}: {exc}") from None
+
+
+def _check_outputs(model: Stack, x: torch.Tensor, outs: list[torch.Tensor], step: int) -> None:
+    """Each layer against the reference on the input it was given; the whole stack against eager."""
+    _check_layers(model, x, outs, f"step {step}")
     eager = model(x)
     for i, (e, o) in enumerate(zip(eager, outs)):
         assert torch.equal(e, o), f"step {step}, layer {i}: replay differs from an eager call on the same input"
@@ -129,12 +134,7 @@ def _eager_step(model: Stack, m: int, step: int, check: bool) -> None:
     x = torch.randn(m, WIDTHS[0], device=DEV, dtype=DTYPE)
     outs = model(x)
     if check:
-        inputs = [x, *outs[:-1]]
-        for i, (layer, inp, out) in enumerate(zip(model.layers, inputs, outs)):
-            try:
-                assert_ulp_close(out, _layer_reference(layer, inp), max_ulp=1)
-            except AssertionError as exc:
-                raise AssertionError(f"step {step}, M = {m}, layer {i}: {exc}") from None
+        _check_layers(model, x, outs, f"step {step}, M = {m}")
 
 
 def test_eager_calls_with_changing_m_stay_in_the_pool():
