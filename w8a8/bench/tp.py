@@ -29,7 +29,7 @@ WORLD = 2
 REPEATS = 4  # blocks per graph replay: amortizes the replay launch at M = 1
 
 
-def _bf16_block(rank, device):
+def _bf16_block(device):
     gate_up = torch.randn(2 * INTER // WORLD, HIDDEN, device=device, dtype=torch.bfloat16) * HIDDEN**-0.5
     down = torch.randn(HIDDEN, INTER // WORLD, device=device, dtype=torch.bfloat16) * INTER**-0.5
 
@@ -42,7 +42,7 @@ def _bf16_block(rank, device):
     return block
 
 
-def _w8a8_block(rank, device, reduce):
+def _w8a8_block(device, reduce):
     from w8a8.parallel import ColumnParallelW8A8Linear, RowParallelW8A8Linear
 
     col = ColumnParallelW8A8Linear(HIDDEN, 2 * INTER, bias=False, output_sizes=[INTER, INTER], device=device,
@@ -69,9 +69,9 @@ def _run(rank, init_file, ms, out_dir, tag):
     try:
         ceilings = harness.measure_ceilings(device) if rank == 0 else {}
         dist.barrier()
-        impls = {"bf16 TP=2": lambda: _bf16_block(rank, device),
-                 "w8a8 TP=2 reduce=int32": lambda: _w8a8_block(rank, device, "int32"),
-                 "w8a8 TP=2 reduce=dequantized": lambda: _w8a8_block(rank, device, "dequantized")}
+        impls = {"bf16 TP=2": lambda: _bf16_block(device),
+                 "w8a8 TP=2 reduce=int32": lambda: _w8a8_block(device, "int32"),
+                 "w8a8 TP=2 reduce=dequantized": lambda: _w8a8_block(device, "dequantized")}
         rows = []
         for name, make in impls.items():
             block = make()
