@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import w8a8  # noqa: E402
-from w8a8 import backends, reference  # noqa: E402
+from w8a8 import _extension, backends, reference  # noqa: E402
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 DEV = "cuda"
@@ -134,7 +134,16 @@ def _mm_case(name, m, n, k, op="cutlass", config_id=-1, split_k=None, scheduler=
         torch.cuda.synchronize()
         return _ulp_diff(out, reference.scaled_mm(*cpu, out_dtype))
 
-    return SanitizeCase(name, run, small, tma_store=op == "cutlass")
+    return SanitizeCase(name, run, small, tma_store=op == "cutlass" and _stores_by_tma(m, n, k, config_id, split_k, scheduler))
+
+
+def _stores_by_tma(m, n, k, config_id, split_k, scheduler) -> bool:
+    """Whether the sm90 op's pick for this call writes its output by TMA (every config but the GEMV)."""
+    names = _extension.cutlass_config_names()
+    if not names or not torch.cuda.is_available():
+        return True  # a dry run: nothing is launched
+    chosen = config_id if config_id >= 0 else w8a8.cutlass_plan(m, n, k, split_k, scheduler)[0]
+    return not names[chosen].startswith("gemv")
 
 
 def _rows(g, r, k, dtype, pad=0, offset=0, special=True):
@@ -201,26 +210,15 @@ def _empty_cases() -> list[SanitizeCase]:
 
 
 def _config_names(op) -> list[str]:
-    """The config table of a CUTLASS op, read from its own error for an out-of-range config_id."""
-    a = torch.zeros(16, 16, dtype=torch.int8, device=DEV)
-    s = torch.ones(1, device=DEV)
-    try:
-        if op == "cutlass":
-            torch.ops.w8a8.scaled_mm_cutlass.default(a, a, s, s, None, BF16, 1 << 20, None, "auto")
-        else:
-            torch.ops.w8a8.scaled_mm_cutlass_sm80.default(a, a, s, s, None, BF16, 1 << 20)
-    except RuntimeError as exc:
-        names = re.findall(r"(\d+)=([A-Za-z0-9_]+)", str(exc).split("; got")[0])
-        if names and [int(i) for i, _ in names] == list(range(len(names))):
-            return [name for _, name in names]
-    raise RuntimeError(f"could not read the config table of {op}")
+    """The config table of a CUTLASS op: entry i names config_id i."""
+    return list(_extension.cutlass_config_names() if op == "cutlass" else _extension.cutlass_sm80_config_names())
 
 
 def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
     """Every case; ``config_names`` maps each CUTLASS op that is available to its config table
     (None: a dry run, listing a nominal table)."""
     dry = config_names is None
-    names = config_names or {"cutlass": [f"config{i}" for i in range(12)], "cutlass_sm80": [f"config{i}" for i in range(6)]}
+    names = config_names or {"cutlass": [f"config{i}" for i in range(16)], "cutlass_sm80": [f"config{i}" for i in range(6)]}
     out: list[SanitizeCase] = []
 
     if "cutlass" in names:
@@ -246,6 +244,9 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
             out.append(_mm_case(f"cutlass_streamk_m{m}", m, 264, 1040, scheduler="streamk", small=m == 1))
         out.append(_mm_case("cutlass_persistent_m1", 1, 264, 1040, scheduler="persistent"))
         out.append(_mm_case("cutlass_heuristic_split_m1_k8192", 1, 1024, 8192, small=True))
+        # The GEMV's own picks (config_id -1, M <= 4): each token tile, a K that ends mid-step.
+        for m in (1, 2, 3, 4):
+            out.append(_mm_case(f"cutlass_gemv_m{m}", m, 264, 1040 + 16 * m, small=m == 3))
         # Odd M, N, K within the 16-byte rules (N % 8, K % 16).
         for m, n, k in ((1, 8, 16), (3, 24, 48), (7, 40, 80), (63, 8, 16), (129, 24, 1008), (257, 136, 48)):
             out.append(_mm_case(f"cutlass_odd_m{m}_n{n}_k{k}", m, n, k))

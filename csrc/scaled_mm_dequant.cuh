@@ -1,6 +1,7 @@
 // The per-element dequantization of every w8a8 scaled-matmul epilogue (the
-// sm90 EVT in scaled_mm_sm90_epilogue.cuh and the sm80 one in
-// scaled_mm_sm80_epilogue.cuh call this functor, so the math is written once):
+// sm90 EVT in scaled_mm_sm90_epilogue.cuh, the sm80 one in
+// scaled_mm_sm80_epilogue.cuh and the GEMV in scaled_mm_gemv.cu call this,
+// so the math is written once):
 //
 //     out = (a_scale * (b_scale * float(acc)) + bias_f32) + bias_out
 //
@@ -12,6 +13,13 @@
 #include <cutlass/cutlass.h>
 
 namespace w8a8 {
+
+// One element, in device code: __f*_rn rounds to nearest and keeps nvcc from
+// contracting the product and sum into an FMA (the vector functor below and the
+// GEMV kernel, scaled_mm_gemv.cu, call this).
+CUTLASS_DEVICE float dequantize_rn(float acc, float b_scale, float a_scale, float bias_f32, float bias_out) {
+  return __fadd_rn(__fadd_rn(__fmul_rn(a_scale, __fmul_rn(b_scale, acc)), bias_f32), bias_out);
+}
 
 // Inputs arrive already widened to fp32 (acc by round-to-nearest int32 ->
 // fp32, bias exactly). At most one of
@@ -33,9 +41,7 @@ struct DequantizeFn<cutlass::Array<float, N>> {
     cutlass::Array<float, N> out;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < N; ++i) {
-      // __f*_rn: rounded to nearest and excluded from FMA contraction.
-      float v = __fmul_rn(a_scale[i], __fmul_rn(b_scale[i], acc[i]));
-      out[i] = __fadd_rn(__fadd_rn(v, bias_f32[i]), bias_out[i]);
+      out[i] = dequantize_rn(acc[i], b_scale[i], a_scale[i], bias_f32[i], bias_out[i]);
     }
     return out;
   }

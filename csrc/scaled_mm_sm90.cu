@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "scaled_mm_gemv.h"
 #include "scaled_mm_sm90.h"
 #include "scaled_mm_sm90_configs.cuh"
 
@@ -22,6 +23,7 @@ struct ConfigEntry {
   ConfigId id;
   const char* name;
   bool stream_k;  // runs CUTLASS's stream-K scheduler, so it can split K
+  bool gemv;      // the dp4a GEMV; options.splits is its warps per weight row
   size_t (*workspace_size[2])(const ScaledMmSm90Params&, const SchedulerOptions&);  // [out dtype]
   void (*run[2])(const ScaledMmSm90Params&, const SchedulerOptions&, void*, cudaStream_t);
   SchedulerOptions options;
@@ -33,8 +35,19 @@ constexpr ConfigEntry entry(ConfigId id, const char* name, SchedulerOptions opti
   using Fp16 = ScaledMmSm90Launcher<Config, cutlass::half_t>;
   static_assert(int(ScaledMmOutDtype::kBFloat16) == 0 && int(ScaledMmOutDtype::kFloat16) == 1);
   constexpr bool stream_k = std::is_same_v<typename Config::TileScheduler, cutlass::gemm::StreamKScheduler>;
-  return ConfigEntry{id, name, stream_k, {&Bf16::workspace_size, &Fp16::workspace_size}, {&Bf16::run, &Fp16::run},
-                     options};
+  return ConfigEntry{id, name, stream_k, false, {&Bf16::workspace_size, &Fp16::workspace_size},
+                     {&Bf16::run, &Fp16::run}, options};
+}
+
+size_t gemv_workspace_size(const ScaledMmSm90Params&, const SchedulerOptions&) { return 0; }
+
+void gemv_run(const ScaledMmSm90Params& params, const SchedulerOptions& options, void*, cudaStream_t stream) {
+  scaled_mm_gemv(params, options.splits, stream);
+}
+
+constexpr ConfigEntry gemv_entry(ConfigId id, const char* name, int k_split) {
+  return ConfigEntry{id, name, false, true, {&gemv_workspace_size, &gemv_workspace_size}, {&gemv_run, &gemv_run},
+                     {1, Raster::kHeuristic, Decomposition::kDataParallel, k_split}};
 }
 
 // Scheduler options: {max swizzle, raster order, decomposition, splits}.
@@ -63,6 +76,10 @@ constexpr ConfigEntry kConfigs[] = {
                                  {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
     entry<sm90::Sm90Int8Coop128x128StreamK>(sm90::kCoop128x128StreamK, "128x128x128_1x1_coop_streamk",
                                             {1, Raster::kHeuristic, Decomposition::kDataParallel, 1}),
+    gemv_entry(sm90::kGemvSplit1, "gemv_dp4a_ksplit1", 1),
+    gemv_entry(sm90::kGemvSplit2, "gemv_dp4a_ksplit2", 2),
+    gemv_entry(sm90::kGemvSplit4, "gemv_dp4a_ksplit4", 4),
+    gemv_entry(sm90::kGemvSplit8, "gemv_dp4a_ksplit8", 8),
 };
 
 constexpr bool table_matches_ids() {
@@ -149,10 +166,14 @@ Plan plan(const ScaledMmSm90Params& p) {
   if (split) {
     require(config.stream_k,
             [] { return "a stream-K-scheduler config for split_k > 1 or scheduler streamk (config_id -1 picks one)"; },
-            [&] { return std::string("config ") + config.name + ", which uses the persistent scheduler"; });
+            [&] {
+              return std::string("config ") + config.name +
+                     (config.gemv ? ", the GEMV, whose K split is fixed by its config id"
+                                  : ", which uses the persistent scheduler");
+            });
     options.decomposition = p.split_k > 1 ? Decomposition::kSplitK : Decomposition::kStreamK;
     options.splits = p.split_k > 1 ? p.split_k : 1;
-  } else if (no_split && config.stream_k) {
+  } else if (no_split && (config.stream_k || config.gemv)) {
     options.decomposition = Decomposition::kDataParallel;
     options.splits = 1;
   }
@@ -172,9 +193,13 @@ int scaled_mm_sm90_heuristic_config(int64_t m, int64_t n) { return sm90::select_
 ScaledMmSm90Plan scaled_mm_sm90_plan(const ScaledMmSm90Params& params) {
   check_params(params);
   const Plan chosen = plan(params);
-  const bool splits_k = chosen.config->stream_k && chosen.options.decomposition != Decomposition::kDataParallel;
-  return {int(chosen.config->id),
-          chosen.config->stream_k ? decomposition_name(chosen.options.decomposition) : "data_parallel",
+  const ConfigEntry& config = *chosen.config;
+  if (config.gemv) {  // the K split inside the CTA, reduced in a fixed order like split-K
+    const int k_split = chosen.options.splits;
+    return {int(config.id), k_split > 1 ? "split_k" : "data_parallel", k_split};
+  }
+  const bool splits_k = config.stream_k && chosen.options.decomposition != Decomposition::kDataParallel;
+  return {int(config.id), config.stream_k ? decomposition_name(chosen.options.decomposition) : "data_parallel",
           splits_k ? chosen.options.splits : 1};
 }
 

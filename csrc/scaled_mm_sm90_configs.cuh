@@ -179,7 +179,11 @@ enum ConfigId : int {
   kSwapN16ForceStreamK = 9,  // Sm90Int8SwapN16, stream-K even where the heuristic keeps whole tiles
   kSwapN64ForceStreamK = 10, // Sm90Int8SwapN64, same
   kCoop128x128StreamK = 11,  // Sm90Int8Coop128x128StreamK, for split / stream-K requests at M > 256
-  kNumConfigs = 12
+  kGemvSplit1 = 12,          // the dp4a GEMV (scaled_mm_gemv.h), one warp per weight row
+  kGemvSplit2 = 13,          // the GEMV, 2 warps per weight row (K split in the CTA)
+  kGemvSplit4 = 14,          // the GEMV, 4 warps per weight row
+  kGemvSplit8 = 15,          // the GEMV, 8 warps per weight row
+  kNumConfigs = 16
 };
 
 // The ladder on next_pow2(M) (and N in one bucket), set from the config sweep
@@ -251,8 +255,34 @@ struct AutoPlan {
   int splits;
 };
 
-// What scheduler "auto" runs: the ladder's config, split where the policy above says so.
+// ---------------------------------------------------------------------------
+// The decode GEMV (scaled_mm_gemv.h; not a CUTLASS kernel): at a few tokens the
+// GEMM streams its weights and nothing else, and the swap-AB tile pays for
+// TMA, wgmma on 16 token columns of which 1..4 are real, and a tile grid of
+// N / 128 CTAs (32 for N = 4096: a quarter of the SMs read the weights).
+// ---------------------------------------------------------------------------
+// Measured on the H100 (docs/TUNING.md "Decode GEMV", benchmarks/results/scaled_mm_gemvsweep_h100.csv,
+// CUDA-graph replays, 8 shapes from 4096x4096 to 57344x8192, M in {1, 2, 3, 4, 8, 16}):
+//   * M <= 4: the GEMV (one warp per row) beats the swap-AB 128x16 tile on every shape, most on
+//     small N x K (4096x4096 at M = 1: 8.0 vs 15.0 us; 4096x14336: 22.8 vs 35.2 us) and by 0-8%
+//     on the largest (57344x8192: 153.6 vs 167.3 us, 3.07 TB/s of int8 weights).
+//   * M = 8: it wins on 2 of 8 shapes and loses up to 30% elsewhere (four token tiles re-read
+//     the weights, 8192x28672: 104.3 vs 87.6 us); M = 16: 1.5-2.3x slower. So it serves M <= 4.
+//   * Splitting K over 2, 4 or 8 warps per row is never more than 3% ahead of one warp (6144x4096
+//     and 57344x8192 at M = 1 by 2-3%) and up to 4x behind at M = 3 and 4 (fewer rows per CTA,
+//     the same activation reads): one warp per row everywhere; the split entries stay in the
+//     table for benchmarking.
+struct GemvPolicy {
+  // Tokens served by the GEMV under scheduler "auto" (explicit split_k / scheduler
+  // requests keep the CUTLASS ladder).
+  static constexpr int64_t kMaxM = 4;
+  static constexpr int kConfig = kGemvSplit1;
+};
+
+// What scheduler "auto" runs: the GEMV for a few tokens, else the ladder's
+// config, split where the policy above says so.
 inline AutoPlan plan_auto(int64_t m, int64_t n, int64_t k, int sm_count) {
+  if (m <= GemvPolicy::kMaxM) return {GemvPolicy::kConfig, Decomposition::kDataParallel, 1};
   const int config = select_config(m, n);
   const int64_t k_tiles = (k + 127) / 128;
   if (config == kSwapN16DataParallel && m <= SplitKPolicy::kMaxM && k_tiles >= SplitKPolicy::kMinKTiles) {

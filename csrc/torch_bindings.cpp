@@ -18,6 +18,8 @@
 //       (config id, K decomposition, splits). Raises as the op would.
 //   cutlass_archs() -> int[]
 //       The SM architectures the CUTLASS kernels were compiled for.
+//   cutlass_config_names() -> str[]
+//       The config table: entry i is the name of config_id i.
 //
 // Importing w8a8._C loads this library; the static initialisers below
 // register the ops, so the module itself is empty.
@@ -181,6 +183,12 @@ std::tuple<int64_t, std::string, int64_t> scaled_mm_cutlass_plan(int64_t m, int6
 // kernels (add yours when you add an arch).
 std::vector<int64_t> cutlass_archs() { return {90}; }
 
+std::vector<std::string> cutlass_config_names() {
+  std::vector<std::string> names;
+  for (int i = 0; i < scaled_mm_sm90_num_configs(); ++i) names.emplace_back(scaled_mm_sm90_config_name(i));
+  return names;
+}
+
 }  // namespace
 }  // namespace w8a8
 
@@ -192,6 +200,7 @@ TORCH_LIBRARY_FRAGMENT(w8a8, m) {
       "scaled_mm_cutlass_plan(int m, int n, int k, int config_id=-1, int? split_k=None, "
       "str scheduler=\"auto\") -> (int, str, int)");
   m.def("cutlass_archs() -> int[]");
+  m.def("cutlass_config_names() -> str[]");
 }
 
 TORCH_LIBRARY_IMPL(w8a8, CUDA, m) { m.impl("scaled_mm_cutlass", &w8a8::scaled_mm_cutlass); }
@@ -200,6 +209,7 @@ TORCH_LIBRARY_IMPL(w8a8, CUDA, m) { m.impl("scaled_mm_cutlass", &w8a8::scaled_mm
 // empty dispatch key set.
 TORCH_LIBRARY_IMPL(w8a8, CompositeExplicitAutograd, m) {
   m.impl("cutlass_archs", &w8a8::cutlass_archs);
+  m.impl("cutlass_config_names", &w8a8::cutlass_config_names);
   m.impl("scaled_mm_cutlass_plan", &w8a8::scaled_mm_cutlass_plan);
 }
 

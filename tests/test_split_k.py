@@ -63,11 +63,12 @@ def test_deterministic_over_runs(kwargs):
 
 def test_heuristic_plans():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    # Decode through a long-K projection: few weight tiles, so K is split.
-    config, mode, splits = w8a8.cutlass_plan(1, 4096, 14336)
+    # Decode through a long-K projection (past the GEMV's 4 tokens, tests/test_cutlass_gemv.py):
+    # few weight tiles, so K is split.
+    config, mode, splits = w8a8.cutlass_plan(16, 4096, 14336)
     assert mode == "split_k" and 2 <= splits and splits * (4096 // 128) <= sms
     # Short K or large M: never split.
-    assert w8a8.cutlass_plan(1, 4096, 4096)[1] == "data_parallel"
+    assert w8a8.cutlass_plan(16, 4096, 4096)[1] == "data_parallel"
     assert w8a8.cutlass_plan(2048, 4096, 14336)[1] == "data_parallel"
     # Explicit requests are honoured.
     assert w8a8.cutlass_plan(1, 4096, 4096, split_k=3)[1:] == ("split_k", 3)

@@ -31,6 +31,16 @@ def cutlass_archs() -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=None)
+def cutlass_config_names() -> tuple[str, ...]:
+    """The sm90 config table of ``w8a8._C``: entry i names config_id i (empty when not built)."""
+    if not load("_C")[0]:
+        return ()
+    import torch
+
+    return tuple(str(n) for n in torch.ops.w8a8.cutlass_config_names())
+
+
+@functools.lru_cache(maxsize=None)
 def cutlass_sm80_archs() -> tuple[int, ...]:
     """SM architectures that ``w8a8._C_sm80`` holds its mma.sync kernels for."""
     if not load("_C_sm80")[0]:

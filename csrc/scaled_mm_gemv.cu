@@ -1,0 +1,201 @@
+// The decode GEMV kernel and its launcher (see scaled_mm_gemv.h for the work
+// split). The weights are read once, 16 bytes per lane per load, through the
+// non-coherent path without L1 allocation (they are streamed); the activation
+// rows are small and re-read by every warp, so they go through L1.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "scaled_mm_dequant.cuh"
+#include "scaled_mm_gemv.h"
+
+namespace w8a8 {
+namespace {
+
+constexpr int kThreads = kGemvWarps * 32;
+// 16-byte weight loads each lane issues before it consumes them: 2 KiB in
+// flight per warp, enough with a few warps per SM to cover HBM latency.
+constexpr int kUnroll = 4;
+
+struct GemvArgs {
+  const int8_t* a;
+  const int8_t* b;
+  void* out;
+  const float* a_scale;
+  const float* b_scale;
+  const void* bias;
+  int m, n;
+  int k_chunks;  // K / 16
+  int64_t lda, ldb, ldd;
+  int k_split;      // warps per weight row
+  int token_tiles;  // ceil(M / kTokens)
+  bool a_per_token, b_per_channel;
+  ScaledMmBias bias_kind;
+};
+
+__device__ __forceinline__ int4 load_streamed(const int4* p) {
+  int4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ int dot16(int4 w, int4 x, int acc) {
+  acc = __dp4a(w.x, x.x, acc);
+  acc = __dp4a(w.y, x.y, acc);
+  acc = __dp4a(w.z, x.z, acc);
+  return __dp4a(w.w, x.w, acc);
+}
+
+template <class Out>
+__device__ __forceinline__ float widen(Out v);
+template <>
+__device__ __forceinline__ float widen<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <>
+__device__ __forceinline__ float widen<__half>(__half v) { return __half2float(v); }
+
+template <class Out>
+__device__ __forceinline__ Out narrow(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half narrow<__half>(float v) { return __float2half_rn(v); }
+
+// CTAs per SM the register budget must allow. Without a minimum ptxas keeps
+// registers low by waiting for each weight load before issuing the next (two
+// in flight per lane); with it every load of a step is issued first: 4 CTAs
+// (32 warps x 2 KiB in flight per SM) up to 2 tokens, 2 CTAs at 4 tokens,
+// whose activation chunks take four times the registers.
+template <int kTokens>
+constexpr int kMinCtasPerSm = kTokens <= 2 ? 4 : 2;
+
+template <int kTokens, class Out>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<kTokens>) scaled_mm_gemv_kernel(const GemvArgs args) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int rows_per_cta = kGemvWarps / args.k_split;
+  const int token_tile = blockIdx.x % args.token_tiles;  // token tiles of one row group are neighbours
+  const int row = (blockIdx.x / args.token_tiles) * rows_per_cta + warp / args.k_split;
+  const int slice = warp % args.k_split;
+  const int m0 = token_tile * kTokens;
+
+  int acc[kTokens];
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t) acc[t] = 0;
+
+  if (row < args.n) {  // uniform per warp
+    const int4* weights = reinterpret_cast<const int4*>(args.b + int64_t(row) * args.ldb);
+    const int4* tokens[kTokens];
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {  // tokens past M re-read the last row; their sums are dropped
+      tokens[t] = reinterpret_cast<const int4*>(args.a + int64_t(min(m0 + t, args.m - 1)) * args.lda);
+    }
+    const int stride = 32 * args.k_split;  // chunks between a lane's consecutive loads
+    int c = slice * 32 + lane;
+    // Whole steps: every load of the step is issued before the first dp4a.
+    for (; c + (kUnroll - 1) * stride < args.k_chunks; c += kUnroll * stride) {
+      int4 w[kUnroll];
+      int4 x[kUnroll][kTokens];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        w[u] = load_streamed(weights + c + u * stride);
+#pragma unroll
+        for (int t = 0; t < kTokens; ++t) x[u][t] = __ldg(tokens[t] + c + u * stride);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int t = 0; t < kTokens; ++t) acc[t] = dot16(w[u], x[u][t], acc[t]);
+      }
+    }
+    for (; c < args.k_chunks; c += stride) {  // the last partial step
+      const int4 w = load_streamed(weights + c);
+#pragma unroll
+      for (int t = 0; t < kTokens; ++t) acc[t] = dot16(w, __ldg(tokens[t] + c), acc[t]);
+    }
+  }
+
+  // Integer sums are exact, so neither the butterfly nor the slice order
+  // below can change a bit.
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], offset);
+  }
+  if (args.k_split > 1) {
+    __shared__ int partial[kGemvWarps][kTokens];
+    if (lane == 0) {
+#pragma unroll
+      for (int t = 0; t < kTokens; ++t) partial[warp][t] = acc[t];
+    }
+    __syncthreads();
+    if (slice == 0) {
+#pragma unroll
+      for (int t = 0; t < kTokens; ++t) {
+        int sum = 0;
+        for (int s = 0; s < args.k_split; ++s) sum += partial[warp + s][t];
+        acc[t] = sum;
+      }
+    }
+  }
+
+  if (slice != 0 || lane >= kTokens || row >= args.n) return;
+  const int m = m0 + lane;
+  if (m >= args.m) return;
+  int total = acc[0];
+#pragma unroll
+  for (int t = 1; t < kTokens; ++t) total = lane == t ? acc[t] : total;  // no local-memory indexing
+  const float a_scale = args.a_scale[args.a_per_token ? m : 0];
+  const float b_scale = args.b_scale[args.b_per_channel ? row : 0];
+  // The absent bias reads as -0 (x + -0 == x bit for bit), as in the GEMM epilogues.
+  float bias_f32 = -0.0f, bias_out = -0.0f;
+  if (args.bias_kind == ScaledMmBias::kFloat32) bias_f32 = static_cast<const float*>(args.bias)[row];
+  if (args.bias_kind == ScaledMmBias::kOutDtype) bias_out = widen(static_cast<const Out*>(args.bias)[row]);
+  const float value = dequantize_rn(__int2float_rn(total), b_scale, a_scale, bias_f32, bias_out);
+  static_cast<Out*>(args.out)[int64_t(m) * args.ldd + row] = narrow<Out>(value);
+}
+
+template <int kTokens>
+void launch(const GemvArgs& args, ScaledMmOutDtype out_dtype, unsigned ctas, cudaStream_t stream) {
+  if (out_dtype == ScaledMmOutDtype::kBFloat16) {
+    scaled_mm_gemv_kernel<kTokens, __nv_bfloat16><<<ctas, kThreads, 0, stream>>>(args);
+  } else {
+    scaled_mm_gemv_kernel<kTokens, __half><<<ctas, kThreads, 0, stream>>>(args);
+  }
+}
+
+[[noreturn]] void fail(const std::string& message) { throw std::runtime_error("scaled_mm_gemv: " + message); }
+
+}  // namespace
+
+void scaled_mm_gemv(const ScaledMmProblem& p, int k_split, cudaStream_t stream) {
+  const std::string problem_error = scaled_mm_problem_error(p);
+  if (!problem_error.empty()) fail(problem_error);
+  if (!(k_split == 1 || k_split == 2 || k_split == 4 || k_split == 8)) {
+    fail("expected k_split 1, 2, 4 or 8, got " + std::to_string(k_split));
+  }
+  // The token tile: the smallest of 1, 2, kGemvTokens that holds M, else kGemvTokens.
+  const int tokens = p.m == 1 ? 1 : p.m == 2 ? 2 : kGemvTokens;
+  GemvArgs args{p.a, p.b, p.out, p.a_scale, p.b_scale, p.bias,
+                static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k / 16),
+                p.lda, p.ldb, p.ldd, k_split, static_cast<int>((p.m + tokens - 1) / tokens),
+                p.a_scale_per_token, p.b_scale_per_channel, p.bias_kind};
+  const int rows_per_cta = kGemvWarps / k_split;
+  const int64_t ctas = (p.n + rows_per_cta - 1) / rows_per_cta * args.token_tiles;
+  if (ctas > 2147483647) fail("expected fewer than 2^31 CTAs, got " + std::to_string(ctas));
+  if (tokens == 1) {
+    launch<1>(args, p.out_dtype, static_cast<unsigned>(ctas), stream);
+  } else if (tokens == 2) {
+    launch<2>(args, p.out_dtype, static_cast<unsigned>(ctas), stream);
+  } else {
+    launch<kGemvTokens>(args, p.out_dtype, static_cast<unsigned>(ctas), stream);
+  }
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) fail(std::string("launch failed: ") + cudaGetErrorString(status));
+}
+
+}  // namespace w8a8
