@@ -191,7 +191,7 @@ def _linear_case(name, m, k, n, act_quant, small=False) -> SanitizeCase:
         torch.cuda.synchronize()
         return _ulp_diff(out, layer_cpu(x))  # the CPU layer runs the reference
 
-    return SanitizeCase(name, run, small, tma_store=True)
+    return SanitizeCase(name, run, small, tma_store=_stores_by_tma(m, n, k, -1, None, "auto"))
 
 
 def _empty_cases() -> list[SanitizeCase]:
@@ -218,7 +218,9 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
     """Every case; ``config_names`` maps each CUTLASS op that is available to its config table
     (None: a dry run, listing a nominal table)."""
     dry = config_names is None
-    names = config_names or {"cutlass": [f"config{i}" for i in range(16)], "cutlass_sm80": [f"config{i}" for i in range(6)]}
+    # A dry run lists the built tables where the extensions load, else nominal ones.
+    names = config_names or {"cutlass": _config_names("cutlass") or [f"config{i}" for i in range(16)],
+                             "cutlass_sm80": _config_names("cutlass_sm80") or [f"config{i}" for i in range(7)]}
     out: list[SanitizeCase] = []
 
     if "cutlass" in names:

@@ -21,6 +21,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "programmatic_launch.cuh"
 #include "quantize.h"
 
 namespace w8a8 {
@@ -148,6 +149,7 @@ template <class T, int kVec, int kThreadsPerRow, int kMaxVecs>
 __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
     quantize_per_token_kernel(const T* __restrict__ x, int64_t ldx, int8_t* __restrict__ q,
                               float* __restrict__ scale_out, int64_t rows, int64_t k) {
+  allow_dependent_launch();  // a GEMV launched after this one may start its weight prefetch now
   constexpr int kRowsPerBlock = block_threads<kThreadsPerRow>() / kThreadsPerRow;
   const int lane = threadIdx.x % kThreadsPerRow;
   int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
@@ -213,6 +215,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     quantize_static_kernel(const T* __restrict__ x, int64_t ldx, int8_t* __restrict__ q, int64_t rows,
                            int64_t k, const float* __restrict__ scale_ptr, const void* zero_point,
                            bool zero_point_is_int32) {
+  allow_dependent_launch();
   constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
   const int lane = threadIdx.x % kThreadsPerRow;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;

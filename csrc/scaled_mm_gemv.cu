@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "programmatic_launch.cuh"
 #include "scaled_mm_dequant.cuh"
 #include "scaled_mm_gemv.h"
 
@@ -87,6 +88,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<kTokens>) scaled_mm_ge
 #pragma unroll
   for (int t = 0; t < kTokens; ++t) acc[t] = 0;
 
+  // Programmatic dependent launch (programmatic_launch.cuh): the CTAs may be
+  // resident while the quantizer before them still runs; nothing below may be
+  // read before it has finished. (An L2 prefetch of each warp's first weights
+  // before this wait was measured slower, not faster: docs/TUNING.md.)
+  wait_for_prior_grids();
+
   if (row < args.n) {  // uniform per warp
     const int4* weights = reinterpret_cast<const int4*>(args.b + int64_t(row) * args.ldb);
     const int4* tokens[kTokens];
@@ -159,16 +166,34 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<kTokens>) scaled_mm_ge
   static_cast<Out*>(args.out)[int64_t(m) * args.ldd + row] = narrow<Out>(value);
 }
 
+[[noreturn]] void fail(const std::string& message) { throw std::runtime_error("scaled_mm_gemv: " + message); }
+
+template <int kTokens, class Out>
+void launch_typed(const GemvArgs& args, unsigned ctas, cudaStream_t stream) {
+  // Programmatic dependent launch: the quantizer before this kernel lets it
+  // launch early (its CTAs get resident and wait for the quantizer's end).
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t status = cudaLaunchKernelEx(&config, scaled_mm_gemv_kernel<kTokens, Out>, args);
+  if (status != cudaSuccess) fail(std::string("launch failed: ") + cudaGetErrorString(status));
+}
+
 template <int kTokens>
 void launch(const GemvArgs& args, ScaledMmOutDtype out_dtype, unsigned ctas, cudaStream_t stream) {
   if (out_dtype == ScaledMmOutDtype::kBFloat16) {
-    scaled_mm_gemv_kernel<kTokens, __nv_bfloat16><<<ctas, kThreads, 0, stream>>>(args);
+    launch_typed<kTokens, __nv_bfloat16>(args, ctas, stream);
   } else {
-    scaled_mm_gemv_kernel<kTokens, __half><<<ctas, kThreads, 0, stream>>>(args);
+    launch_typed<kTokens, __half>(args, ctas, stream);
   }
 }
-
-[[noreturn]] void fail(const std::string& message) { throw std::runtime_error("scaled_mm_gemv: " + message); }
 
 }  // namespace
 
@@ -194,8 +219,6 @@ void scaled_mm_gemv(const ScaledMmProblem& p, int k_split, cudaStream_t stream) 
   } else {
     launch<kGemvTokens>(args, p.out_dtype, static_cast<unsigned>(ctas), stream);
   }
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) fail(std::string("launch failed: ") + cudaGetErrorString(status));
 }
 
 }  // namespace w8a8

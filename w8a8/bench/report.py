@@ -135,6 +135,25 @@ def split_k_section() -> list[str]:
     return lines + [""]
 
 
+def decode_gemv_section() -> list[str]:
+    """The sm90 op at M <= 4 since the decode GEMV (benchmarks/results/scaled_mm_decode_h100.json)."""
+    rows = load("scaled_mm_decode_h100.json")["rows"]
+    lines = ["## Decode kernel (M <= 4: the dp4a GEMV behind the sm90 op)", "",
+             "`python benchmarks/bench_scaled_mm.py --m 1,2,4 --out benchmarks/results --tag decode_h100`, same method. "
+             "The grid tables above were taken before the GEMV existed: their M = 1 CUTLASS rows are the swap-AB "
+             "CUTLASS tile, which the GEMV replaced for M <= 4 (sweep of both: docs/TUNING.md).", "",
+             "| M | N | K | bf16 us | w8a8 cutlass us | x bf16 | GB/s | w8a8 triton x bf16 |", "|---|---|---|---|---|---|---|---|"]
+    for key in dict.fromkeys((r["M"], r["N"], r["K"]) for r in rows):
+        cells = {r["impl"]: r for r in rows if (r["M"], r["N"], r["K"]) == key}
+        bf16, cut, tri = cells.get("bf16 F.linear"), cells.get("w8a8 cutlass"), cells.get("w8a8 triton")
+        if bf16 and cut:
+            lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {bf16['us']:.1f} | {cut['us']:.1f} | {cut['x_bf16']:.2f} | "
+                         f"{cut['gbps']:.0f} | {tri['x_bf16']:.2f} |" if tri else "| - |")
+    cut = [r["x_bf16"] for r in rows if r["impl"] == "w8a8 cutlass"]
+    lines += ["", f"Geomean x bf16: CUTLASS op {geomean(cut):.2f} (min {min(cut):.2f})."]
+    return lines + [""]
+
+
 def decode_section() -> list[str]:
     """Host time per layer call and decode-step times (benchmarks/bench_decode.py)."""
     rows = load("decode_h100.json")["rows"]
@@ -225,6 +244,7 @@ def render_markdown(plots: bool = True) -> str:
           for r in quant["rows"]],
         "",
         *split_k_section(),
+        *decode_gemv_section(),
         *decode_section(),
         "## All kernel rows",
         "",
