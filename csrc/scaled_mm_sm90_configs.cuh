@@ -47,7 +47,8 @@ using cute::_256;
 // split-K spreads the K loop over the idle SMs.
 // ---------------------------------------------------------------------------
 
-// Serves M <= 64 (data-parallel, config 6; see select_config). Decode.
+// Serves M <= 64 in the ladder (data-parallel, config 6; see select_config); under
+// scheduler "auto" M = 5..64, the GEMV taking 1..4 (GemvPolicy). Decode.
 // Swap-AB, 16 token columns (the smallest tile that
 // covers a 16-row batch; wgmma N = 16). smem per stage 16 KiB + 2 KiB.
 struct Sm90Int8SwapN16 {
