@@ -147,8 +147,9 @@ def decode_gemv_section() -> list[str]:
         cells = {r["impl"]: r for r in rows if (r["M"], r["N"], r["K"]) == key}
         bf16, cut, tri = cells.get("bf16 F.linear"), cells.get("w8a8 cutlass"), cells.get("w8a8 triton")
         if bf16 and cut:
+            triton = f"{tri['x_bf16']:.2f}" if tri else "-"
             lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {bf16['us']:.1f} | {cut['us']:.1f} | {cut['x_bf16']:.2f} | "
-                         f"{cut['gbps']:.0f} | {tri['x_bf16']:.2f} |" if tri else "| - |")
+                         f"{cut['gbps']:.0f} | {triton} |")
     cut = [r["x_bf16"] for r in rows if r["impl"] == "w8a8 cutlass"]
     lines += ["", f"Geomean x bf16: CUTLASS op {geomean(cut):.2f} (min {min(cut):.2f})."]
     return lines + [""]
