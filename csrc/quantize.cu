@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -39,18 +40,32 @@ __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// kVec consecutive elements of T as floats; one 16-byte load when kVec * sizeof(T) == 16.
+// kVec consecutive elements of T as loaded: one 16-byte vector when kVec * sizeof(T) == 16,
+// else one element. Rows are held in this raw form (half the registers of floats for
+// 16-bit inputs) and widened where they are used.
+template <class T, int kVec>
+using Raw = std::conditional_t<kVec * sizeof(T) == 16, uint4, T>;
+
+template <class T, int kVec>
+__device__ __forceinline__ Raw<T, kVec> load_raw(const T* p) {
+  static_assert(kVec * sizeof(T) == 16 || kVec == 1, "quantize: a vector is 16 bytes or one element");
+  if constexpr (kVec * sizeof(T) == 16) {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+  } else {
+    return p[0];
+  }
+}
+
+template <class T, int kVec>
+__device__ __forceinline__ void widen(const Raw<T, kVec>& raw, float (&out)[kVec]) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) out[i] = to_float(e[i]);
+}
+
 template <class T, int kVec>
 __device__ __forceinline__ void load(const T* p, float (&out)[kVec]) {
-  if constexpr (kVec * sizeof(T) == 16) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) out[i] = to_float(e[i]);
-  } else {
-    static_assert(kVec == 1, "quantize: a vector is 16 bytes or one element");
-    out[0] = to_float(p[0]);
-  }
+  widen<T, kVec>(load_raw<T, kVec>(p), out);
 }
 
 // kVec int8 codes in one store (kVec bytes; q rows are kVec-aligned, see Launch).
@@ -128,17 +143,34 @@ struct RowScale {
   }
 };
 
+// 1.5 * 2^23: adding it to |y| <= 2^22 rounds y half to even, and the sum's bits are
+// 0x4B400000 + rint(y), so the low byte is rint(y) as int8 (y clamped to [-128, 127] first;
+// the bounds are integers, so clamping before rounding gives the same code).
+constexpr float kRintMagic = 12582912.0f;
+
 template <int kVec>
 __device__ __forceinline__ Codes<kVec> quantize_per_token_codes(const float (&v)[kVec], const RowScale& rs) {
+  float y[kVec];
+  bool exact = rs.exact_row;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const float y0 = v[i] * rs.inv;
+    y[i] = fminf(fmaxf(fmaf(fmaf(-y0, rs.divisor, v[i]), rs.inv, y0), kQMin), kQMax);
+    const float r = __fadd_rn(__fadd_rn(y[i], kRintMagic), -kRintMagic);
+    exact = exact || fabsf(fabsf(y[i] - r) - 0.5f) <= kTieMargin;
+  }
+  // Rare (about one vector in a thousand on random data): a value next to a half-integer
+  // anywhere in the vector sends the whole vector through the IEEE division, so the
+  // common path has one branch per vector, not one per value.
+  if (exact) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) y[i] = fminf(fmaxf(__fdiv_rn(v[i], rs.divisor), kQMin), kQMax);
+  }
   Codes<kVec> codes;
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    float y = v[i] * rs.inv;
-    y = fmaf(fmaf(-y, rs.divisor, v[i]), rs.inv, y);
-    const float ay = fabsf(y);
-    if (rs.exact_row || fabsf(ay - floorf(ay) - 0.5f) <= kTieMargin) y = __fdiv_rn(v[i], rs.divisor);
-    const float r = fminf(fmaxf(rintf(y), kQMin), kQMax);
-    codes.v[i] = rs.quantizable ? static_cast<int8_t>(r) : int8_t(0);
+    const int bits = __float_as_int(__fadd_rn(y[i], kRintMagic));
+    codes.v[i] = rs.quantizable ? static_cast<int8_t>(bits) : int8_t(0);
   }
   return codes;
 }
@@ -173,14 +205,24 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
   };
 
   if constexpr (kMaxVecs > 0) {
-    float v[kMaxVecs][kVec];
+    // All loads first, unconditionally (past-the-end slots re-read the row's last vector
+    // and are masked below): with a bound check around each load the compiler waited for
+    // every load before issuing the next (sm_90 SASS), leaving one 16-byte load in flight.
+    Raw<T, kVec> raw[kMaxVecs];
 #pragma unroll
     for (int j = 0; j < kMaxVecs; ++j) {
       const int64_t idx = lane + int64_t(j) * kThreadsPerRow;
-      if (idx < vecs) {
-        load<T, kVec>(xr + idx * kVec, v[j]);
-        accumulate(v[j]);
+      raw[j] = load_raw<T, kVec>(xr + (idx < vecs ? idx : vecs - 1) * kVec);
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxVecs; ++j) {  // branch-free, so that no load waits behind it
+      float v[kVec];
+      widen<T, kVec>(raw[j], v);
+      if (lane + int64_t(j) * kThreadsPerRow >= vecs) {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) v[i] = 0.0f;
       }
+      accumulate(v);
     }
     reduce_row<kThreadsPerRow>(amax, bad);
     const RowScale rs(amax, bad);
@@ -189,7 +231,9 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
     for (int j = 0; j < kMaxVecs; ++j) {
       const int64_t idx = lane + int64_t(j) * kThreadsPerRow;
       if (row_ok && idx < vecs) {
-        store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v[j], rs));
+        float v[kVec];
+        widen<T, kVec>(raw[j], v);
+        store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v, rs));
       }
     }
   } else {
