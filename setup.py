@@ -25,6 +25,7 @@ SM90_SOURCES = [
     "csrc/scaled_mm_sm90_large_256x128.cu",
     "csrc/scaled_mm_sm90_coop_streamk.cu",
     "csrc/scaled_mm_gemv.cu",  # the decode GEMV (plain CUDA, dp4a), one of the sm90 config table's entries
+    "csrc/scaled_mm_skinny.cu",  # the few-token GEMM (plain CUDA, mma.sync), entries of the same table
     "csrc/quantize.cu",  # activation quantizers (plain CUDA; built for sm_90a with the rest for now)
 ]
 # Ampere / Ada sources (mma.sync): the extension w8a8._C_sm80, compiled for each

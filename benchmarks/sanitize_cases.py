@@ -138,12 +138,13 @@ def _mm_case(name, m, n, k, op="cutlass", config_id=-1, split_k=None, scheduler=
 
 
 def _stores_by_tma(m, n, k, config_id, split_k, scheduler) -> bool:
-    """Whether the sm90 op's pick for this call writes its output by TMA (every config but the GEMV)."""
+    """Whether the sm90 op's pick for this call writes its output by TMA (every config but the
+    decode kernels: the GEMV and the skinny GEMM)."""
     names = _extension.cutlass_config_names()
     if not names or not torch.cuda.is_available():
         return True  # a dry run: nothing is launched
     chosen = config_id if config_id >= 0 else w8a8.cutlass_plan(m, n, k, split_k, scheduler)[0]
-    return not names[chosen].startswith("gemv")
+    return not names[chosen].startswith(("gemv", "skinny"))
 
 
 def _rows(g, r, k, dtype, pad=0, offset=0, special=True):
@@ -249,6 +250,10 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
         # The GEMV's own picks (config_id -1, M <= 4): each token tile, a K that ends mid-step.
         for m in (1, 2, 3, 4):
             out.append(_mm_case(f"cutlass_gemv_m{m}", m, 264, 1040 + 16 * m, small=m == 3))
+        # The skinny GEMM's picks (M = 5..16): one and two token halves, N ending inside a 16-row
+        # group, K ending mid-step.
+        for m in (5, 9, 16):
+            out.append(_mm_case(f"cutlass_skinny_m{m}", m, 264, 1040 + 16 * m, small=m == 9))
         # Odd M, N, K within the 16-byte rules (N % 8, K % 16).
         for m, n, k in ((1, 8, 16), (3, 24, 48), (7, 40, 80), (63, 8, 16), (129, 24, 1008), (257, 136, 48)):
             out.append(_mm_case(f"cutlass_odd_m{m}_n{n}_k{k}", m, n, k))

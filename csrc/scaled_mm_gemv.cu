@@ -2,15 +2,11 @@
 // split). The weights are read once, 16 bytes per lane per load, through the
 // non-coherent path without L1 allocation (they are streamed); the activation
 // rows are small and re-read by every warp, so they go through L1.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <stdexcept>
 #include <string>
 
+#include "decode_kernel_common.cuh"
 #include "programmatic_launch.cuh"
-#include "scaled_mm_dequant.cuh"
 #include "scaled_mm_gemv.h"
 
 namespace w8a8 {
@@ -24,26 +20,13 @@ constexpr int kUnroll = 4;
 struct GemvArgs {
   const int8_t* a;
   const int8_t* b;
-  void* out;
-  const float* a_scale;
-  const float* b_scale;
-  const void* bias;
+  decode::EpilogueArgs epilogue;
   int m, n;
   int k_chunks;  // K / 16
-  int64_t lda, ldb, ldd;
+  int64_t lda, ldb;
   int k_split;      // warps per weight row
   int token_tiles;  // ceil(M / kTokens)
-  bool a_per_token, b_per_channel;
-  ScaledMmBias bias_kind;
 };
-
-__device__ __forceinline__ int4 load_streamed(const int4* p) {
-  int4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ int dot16(int4 w, int4 x, int acc) {
   acc = __dp4a(w.x, x.x, acc);
@@ -51,20 +34,6 @@ __device__ __forceinline__ int dot16(int4 w, int4 x, int acc) {
   acc = __dp4a(w.z, x.z, acc);
   return __dp4a(w.w, x.w, acc);
 }
-
-template <class Out>
-__device__ __forceinline__ float widen(Out v);
-template <>
-__device__ __forceinline__ float widen<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __forceinline__ float widen<__half>(__half v) { return __half2float(v); }
-
-template <class Out>
-__device__ __forceinline__ Out narrow(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half narrow<__half>(float v) { return __float2half_rn(v); }
 
 // CTAs per SM the register budget must allow. Without a minimum ptxas keeps
 // registers low by waiting for each weight load before issuing the next (two
@@ -109,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<kTokens>) scaled_mm_ge
       int4 x[kUnroll][kTokens];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        w[u] = load_streamed(weights + c + u * stride);
+        w[u] = decode::load_streamed(weights + c + u * stride);
 #pragma unroll
         for (int t = 0; t < kTokens; ++t) x[u][t] = __ldg(tokens[t] + c + u * stride);
       }
@@ -120,7 +89,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<kTokens>) scaled_mm_ge
       }
     }
     for (; c < args.k_chunks; c += stride) {  // the last partial step
-      const int4 w = load_streamed(weights + c);
+      const int4 w = decode::load_streamed(weights + c);
 #pragma unroll
       for (int t = 0; t < kTokens; ++t) acc[t] = dot16(w, __ldg(tokens[t] + c), acc[t]);
     }
@@ -156,34 +125,14 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<kTokens>) scaled_mm_ge
   int total = acc[0];
 #pragma unroll
   for (int t = 1; t < kTokens; ++t) total = lane == t ? acc[t] : total;  // no local-memory indexing
-  const float a_scale = args.a_scale[args.a_per_token ? m : 0];
-  const float b_scale = args.b_scale[args.b_per_channel ? row : 0];
-  // The absent bias reads as -0 (x + -0 == x bit for bit), as in the GEMM epilogues.
-  float bias_f32 = -0.0f, bias_out = -0.0f;
-  if (args.bias_kind == ScaledMmBias::kFloat32) bias_f32 = static_cast<const float*>(args.bias)[row];
-  if (args.bias_kind == ScaledMmBias::kOutDtype) bias_out = widen(static_cast<const Out*>(args.bias)[row]);
-  const float value = dequantize_rn(__int2float_rn(total), b_scale, a_scale, bias_f32, bias_out);
-  static_cast<Out*>(args.out)[int64_t(m) * args.ldd + row] = narrow<Out>(value);
+  decode::store_output<Out>(args.epilogue, m, row, total);
 }
 
 [[noreturn]] void fail(const std::string& message) { throw std::runtime_error("scaled_mm_gemv: " + message); }
 
 template <int kTokens, class Out>
 void launch_typed(const GemvArgs& args, unsigned ctas, cudaStream_t stream) {
-  // Programmatic dependent launch: the quantizer before this kernel lets it
-  // launch early (its CTAs get resident and wait for the quantizer's end).
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(ctas);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  const cudaError_t status = cudaLaunchKernelEx(&config, scaled_mm_gemv_kernel<kTokens, Out>, args);
-  if (status != cudaSuccess) fail(std::string("launch failed: ") + cudaGetErrorString(status));
+  decode::launch_programmatic(scaled_mm_gemv_kernel<kTokens, Out>, ctas, kThreads, stream, args, "scaled_mm_gemv");
 }
 
 template <int kTokens>
@@ -205,10 +154,10 @@ void scaled_mm_gemv(const ScaledMmProblem& p, int k_split, cudaStream_t stream) 
   }
   // The token tile: the smallest of 1, 2, kGemvTokens that holds M, else kGemvTokens.
   const int tokens = p.m == 1 ? 1 : p.m == 2 ? 2 : kGemvTokens;
-  GemvArgs args{p.a, p.b, p.out, p.a_scale, p.b_scale, p.bias,
-                static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k / 16),
-                p.lda, p.ldb, p.ldd, k_split, static_cast<int>((p.m + tokens - 1) / tokens),
-                p.a_scale_per_token, p.b_scale_per_channel, p.bias_kind};
+  const decode::EpilogueArgs epilogue{p.out, p.a_scale, p.b_scale, p.bias, p.ldd,
+                                      p.a_scale_per_token, p.b_scale_per_channel, p.bias_kind};
+  GemvArgs args{p.a, p.b, epilogue, static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k / 16),
+                p.lda, p.ldb, k_split, static_cast<int>((p.m + tokens - 1) / tokens)};
   const int rows_per_cta = kGemvWarps / k_split;
   const int64_t ctas = (p.n + rows_per_cta - 1) / rows_per_cta * args.token_tiles;
   if (ctas > 2147483647) fail("expected fewer than 2^31 CTAs, got " + std::to_string(ctas));

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "scaled_mm_gemv.h"
+#include "scaled_mm_skinny.h"
 #include "scaled_mm_sm90.h"
 #include "scaled_mm_sm90_configs.cuh"
 
@@ -23,7 +24,8 @@ struct ConfigEntry {
   ConfigId id;
   const char* name;
   bool stream_k;  // runs CUTLASS's stream-K scheduler, so it can split K
-  bool gemv;      // the dp4a GEMV; options.splits is its warps per weight row
+  bool gemv;      // a decode kernel (the dp4a GEMV or the skinny GEMM, not CUTLASS): plain stores, no
+                  // workspace, options.splits is its K split inside the CTA
   size_t (*workspace_size[2])(const ScaledMmSm90Params&, const SchedulerOptions&);  // [out dtype]
   void (*run[2])(const ScaledMmSm90Params&, const SchedulerOptions&, void*, cudaStream_t);
   SchedulerOptions options;
@@ -39,15 +41,20 @@ constexpr ConfigEntry entry(ConfigId id, const char* name, SchedulerOptions opti
                      {&Bf16::run, &Fp16::run}, options};
 }
 
-size_t gemv_workspace_size(const ScaledMmSm90Params&, const SchedulerOptions&) { return 0; }
+size_t no_workspace(const ScaledMmSm90Params&, const SchedulerOptions&) { return 0; }
 
 void gemv_run(const ScaledMmSm90Params& params, const SchedulerOptions& options, void*, cudaStream_t stream) {
   scaled_mm_gemv(params, options.splits, stream);
 }
 
-constexpr ConfigEntry gemv_entry(ConfigId id, const char* name, int k_split) {
-  return ConfigEntry{id, name, false, true, {&gemv_workspace_size, &gemv_workspace_size}, {&gemv_run, &gemv_run},
-                     {1, Raster::kHeuristic, Decomposition::kDataParallel, k_split}};
+void skinny_run(const ScaledMmSm90Params& params, const SchedulerOptions& options, void*, cudaStream_t stream) {
+  scaled_mm_skinny(params, options.splits, stream);
+}
+
+template <void (*kRun)(const ScaledMmSm90Params&, const SchedulerOptions&, void*, cudaStream_t)>
+constexpr ConfigEntry decode_entry(ConfigId id, const char* name) {
+  return ConfigEntry{id, name, false, true, {&no_workspace, &no_workspace}, {kRun, kRun},
+                     {1, Raster::kHeuristic, Decomposition::kDataParallel, sm90::decode_kernel_splits(id)}};
 }
 
 // Scheduler options: {max swizzle, raster order, decomposition, splits}.
@@ -76,10 +83,14 @@ constexpr ConfigEntry kConfigs[] = {
                                  {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
     entry<sm90::Sm90Int8Coop128x128StreamK>(sm90::kCoop128x128StreamK, "128x128x128_1x1_coop_streamk",
                                             {1, Raster::kHeuristic, Decomposition::kDataParallel, 1}),
-    gemv_entry(sm90::kGemvSplit1, "gemv_dp4a_ksplit1", 1),
-    gemv_entry(sm90::kGemvSplit2, "gemv_dp4a_ksplit2", 2),
-    gemv_entry(sm90::kGemvSplit4, "gemv_dp4a_ksplit4", 4),
-    gemv_entry(sm90::kGemvSplit8, "gemv_dp4a_ksplit8", 8),
+    decode_entry<&gemv_run>(sm90::kGemvSplit1, "gemv_dp4a_ksplit1"),
+    decode_entry<&gemv_run>(sm90::kGemvSplit2, "gemv_dp4a_ksplit2"),
+    decode_entry<&gemv_run>(sm90::kGemvSplit4, "gemv_dp4a_ksplit4"),
+    decode_entry<&gemv_run>(sm90::kGemvSplit8, "gemv_dp4a_ksplit8"),
+    decode_entry<&skinny_run>(sm90::kSkinnySplit1, "skinny_mma_ksplit1"),
+    decode_entry<&skinny_run>(sm90::kSkinnySplit2, "skinny_mma_ksplit2"),
+    decode_entry<&skinny_run>(sm90::kSkinnySplit4, "skinny_mma_ksplit4"),
+    decode_entry<&skinny_run>(sm90::kSkinnySplit8, "skinny_mma_ksplit8"),
 };
 
 constexpr bool table_matches_ids() {
@@ -141,7 +152,7 @@ struct Plan {
 };
 
 // The config and K decomposition a call runs:
-//   config_id -1, scheduler auto, split_k 0: sm90::plan_auto (ladder + split-K policy);
+//   config_id -1, scheduler auto, split_k 0: sm90::plan_auto (GEMV, skinny GEMM, then the ladder);
 //   split_k > 1 or scheduler streamk: the requested decomposition on config_id
 //     (which must run the stream-K scheduler) or on sm90::split_capable_config(M);
 //   split_k 1 or scheduler persistent: data-parallel, config_id or the ladder's pick;
@@ -150,7 +161,7 @@ Plan plan(const ScaledMmSm90Params& p) {
   const bool split = p.split_k > 1 || p.scheduler == ScaledMmScheduler::kStreamK;
   const bool no_split = p.split_k == 1 || p.scheduler == ScaledMmScheduler::kPersistent;
   if (p.config_id < 0 && !split && !no_split) {
-    const sm90::AutoPlan automatic = sm90::plan_auto(p.m, p.n, p.k, p.sm_count);
+    const sm90::AutoPlan automatic = sm90::plan_auto(p.m, p.n, p.sm_count);
     const ConfigEntry& config = kConfigs[automatic.config_id];
     SchedulerOptions options = config.options;
     if (config.stream_k) {
@@ -168,7 +179,7 @@ Plan plan(const ScaledMmSm90Params& p) {
             [] { return "a stream-K-scheduler config for split_k > 1 or scheduler streamk (config_id -1 picks one)"; },
             [&] {
               return std::string("config ") + config.name +
-                     (config.gemv ? ", the GEMV, whose K split is fixed by its config id"
+                     (config.gemv ? ", a decode kernel whose K split is fixed by its config id"
                                   : ", which uses the persistent scheduler");
             });
     options.decomposition = p.split_k > 1 ? Decomposition::kSplitK : Decomposition::kStreamK;

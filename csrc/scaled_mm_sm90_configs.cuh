@@ -48,7 +48,8 @@ using cute::_256;
 // ---------------------------------------------------------------------------
 
 // Serves M <= 64 in the ladder (data-parallel, config 6; see select_config); under
-// scheduler "auto" M = 5..64, the GEMV taking 1..4 (GemvPolicy). Decode.
+// scheduler "auto" M = 17..64, the GEMV taking 1..4 and the skinny GEMM 5..16
+// (GemvPolicy, SkinnyPolicy). Decode.
 // Swap-AB, 16 token columns (the smallest tile that
 // covers a 16-row batch; wgmma N = 16). smem per stage 16 KiB + 2 KiB.
 struct Sm90Int8SwapN16 {
@@ -184,7 +185,11 @@ enum ConfigId : int {
   kGemvSplit2 = 13,          // the GEMV, 2 warps per weight row (K split in the CTA)
   kGemvSplit4 = 14,          // the GEMV, 4 warps per weight row
   kGemvSplit8 = 15,          // the GEMV, 8 warps per weight row
-  kNumConfigs = 16
+  kSkinnySplit1 = 16,        // the mma.sync skinny GEMM (scaled_mm_skinny.h), one warp per 16-row group
+  kSkinnySplit2 = 17,        // the skinny GEMM, 2 warps per row group (K split in the CTA)
+  kSkinnySplit4 = 18,        // the skinny GEMM, 4 warps per row group
+  kSkinnySplit8 = 19,        // the skinny GEMM, 8 warps per row group
+  kNumConfigs = 20
 };
 
 // The ladder on next_pow2(M) (and N in one bucket), set from the config sweep
@@ -225,30 +230,14 @@ inline int split_capable_config(int64_t m) {
 }
 
 // ---------------------------------------------------------------------------
-// Split-K heuristic (scheduler "auto", split_k None). Decode shapes with a
-// long K launch fewer output tiles than the H100 has SMs, so most SMs idle
-// while a few stream whole K loops; splitting K spreads the weight stream
-// over idle SMs - where the measurement below shows that it pays.
+// No CUTLASS split-K under scheduler "auto". The swap-AB tile gained from a
+// K split only at M <= 16 on long-K, few-tile shapes (4096x14336: 1.13-1.20x,
+// docs/TUNING.md "Split-K", benchmarks/results/split_k_sweep_h100.json) and
+// lost everywhere else (0.79-0.97x); the skinny GEMM below now serves those
+// M and is faster than either (4096x14336, M = 16: 26.2 us against 31.8 split
+// and 35.8 data-parallel). Explicit split_k / scheduler requests still run
+// the stream-K-scheduler configs (split_capable_config).
 // ---------------------------------------------------------------------------
-// Measured on the H100 (docs/TUNING.md "Split-K", benchmarks/results/split_k_sweep_h100.json,
-// CUDA-graph replays, M in {1, 16, 32, 64, 128} on 4096x14336, 8192x28672, 8192x8192, 4096x4096):
-//   * only the 16-wide swap tile gains: 4096x14336 at M = 1 / 16 (32 tiles) runs 35.8 / 38.3 us
-//     data-parallel and 31.4-32.6 / 30.4-32.4 us split 2..6 ways (1.13x / 1.20x); 8 ways loses
-//     again (33.5 us). Every split count lands on the same ~31.5 us floor.
-//   * with 64 or more tiles (half the SMs) the data-parallel kernel already streams near the HBM
-//     rate (8192x28672, M = 1: 84.5 us = 2.78 TB/s) and every split is slower (2 ways: 0.93x;
-//     8192x8192: 0.97x), as is every split of the 64-wide tile at M = 32 / 64 (0.79-0.91x).
-struct SplitKPolicy {
-  // Split only while the data-parallel grid would leave two thirds of the SMs idle:
-  static constexpr int64_t kMaxTilesPerSmFraction = 3;  // tiles * 3 <= SMs
-  // only with at least this many 128-wide K tiles (K >= 8192; shorter K loops end before
-  // a split pays for its fix-up):
-  static constexpr int64_t kMinKTiles = 64;
-  // at most this many tokens (the 16-wide swap tile; wider tiles never gained):
-  static constexpr int64_t kMaxM = 16;
-  // and this many splits (2..6 measured equal within 3%; 4 fills 128 of 132 SMs at 32 tiles).
-  static constexpr int64_t kSplits = 4;
-};
 
 struct AutoPlan {
   int config_id;
@@ -280,21 +269,57 @@ struct GemvPolicy {
   static constexpr int kConfig = kGemvSplit1;
 };
 
-// What scheduler "auto" runs: the GEMV for a few tokens, else the ladder's
-// config, split where the policy above says so.
-inline AutoPlan plan_auto(int64_t m, int64_t n, int64_t k, int sm_count) {
-  if (m <= GemvPolicy::kMaxM) return {GemvPolicy::kConfig, Decomposition::kDataParallel, 1};
-  const int config = select_config(m, n);
-  const int64_t k_tiles = (k + 127) / 128;
-  if (config == kSwapN16DataParallel && m <= SplitKPolicy::kMaxM && k_tiles >= SplitKPolicy::kMinKTiles) {
-    const int64_t tiles = (n + 127) / 128;  // one 16-token column of 128-row weight tiles
-    if (tiles * SplitKPolicy::kMaxTilesPerSmFraction <= sm_count) {
-      int64_t splits = sm_count / tiles;
-      if (splits > SplitKPolicy::kSplits) splits = SplitKPolicy::kSplits;
-      return {kSwapN16StreamK, Decomposition::kSplitK, static_cast<int>(splits)};
-    }
+// ---------------------------------------------------------------------------
+// The skinny GEMM (scaled_mm_skinny.h; mma.sync, not CUTLASS): past the GEMV's
+// tokens the weights are still the whole cost, and the swap-AB tile still
+// launches N / 128 CTAs. A warp per 16 weight rows, K split over k_split warps
+// of a CTA so that the grid has enough warps to keep HBM busy.
+// ---------------------------------------------------------------------------
+// Measured on the H100 (docs/TUNING.md "Skinny GEMM", benchmarks/results/scaled_mm_skinnysweep_h100.csv,
+// CUDA-graph replays, the 8 shapes of the GEMV sweep, M in {4, 5, 8, 12, 16, 24, 32}):
+//   * M = 5..16: the best K split beats the swap-AB 128x16 tile (id 6) by 1.30-1.52x on
+//     4096x4096, 1.37-1.45x on 4096x14336, 1.20-1.22x on 8192x8192, 1.17-1.20x on 8192x28672,
+//     1.08-1.15x on 12288x4096 and 6144x4096, and ties it (0.99-1.06x) on 28672x4096 and
+//     57344x8192. M = 24 and 32: 0.82-1.03x (the token rows are re-read per 16-token tile and
+//     every warp holds two halves): so M <= 16.
+//   * K split 8 is best or within 3% on 6 of 8 shapes; split 4 is 2-10% ahead on N = 8192
+//     (8192x8192, 8192x28672), where split 8 launches 512 CTAs: 1.9 waves of the 2 CTAs per SM
+//     the kernel's registers allow, the second wave nearly full of idle tail. Split 4 is 256 CTAs,
+//     one wave. Rule: split 8, unless its grid ends in a second, partial wave (more than one and
+//     at most two waves), then split 4 (6144x4096: 1.45 waves, split 4 ties split 8).
+//   * M <= 4 stays with the GEMV: the skinny GEMM ties it on N = 4096 and is 2-5% slower elsewhere.
+struct SkinnyPolicy {
+  // Tokens served under scheduler "auto", after the GEMV's.
+  static constexpr int64_t kMaxM = 16;
+  // CTAs of the skinny kernel resident per SM (__launch_bounds__(256, 2) in scaled_mm_skinny.cu).
+  static constexpr int64_t kCtasPerSm = 2;
+
+  static constexpr int config(int64_t n, int sm_count) {
+    const int64_t ctas_split8 = (n + 15) / 16;  // one 16-row group per CTA
+    const int64_t wave = kCtasPerSm * sm_count;
+    return ctas_split8 > wave && ctas_split8 <= 2 * wave ? kSkinnySplit4 : kSkinnySplit8;
   }
-  return {config, Decomposition::kDataParallel, 1};
+};
+
+// The K split of a decode kernel's config id (the GEMV's or the skinny GEMM's).
+constexpr int decode_kernel_splits(int config_id) {
+  switch (config_id) {
+    case kGemvSplit2: case kSkinnySplit2: return 2;
+    case kGemvSplit4: case kSkinnySplit4: return 4;
+    case kGemvSplit8: case kSkinnySplit8: return 8;
+    default: return 1;
+  }
+}
+
+// What scheduler "auto" runs: the GEMV for a few tokens, the skinny GEMM for a
+// few more, else the ladder's config, split where the policy above says so.
+inline AutoPlan plan_auto(int64_t m, int64_t n, int sm_count) {
+  if (m <= GemvPolicy::kMaxM) return {GemvPolicy::kConfig, Decomposition::kDataParallel, 1};
+  if (m <= SkinnyPolicy::kMaxM) {
+    const int config = SkinnyPolicy::config(n, sm_count);
+    return {config, Decomposition::kDataParallel, decode_kernel_splits(config)};
+  }
+  return {select_config(m, n), Decomposition::kDataParallel, 1};
 }
 
 }  // namespace w8a8::sm90

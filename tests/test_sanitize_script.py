@@ -47,7 +47,7 @@ def test_sanitize_cases_split_by_output_writer():
     sm90_other = {n for n in other if n.startswith(("cutlass_", "linear_cutlass_"))}
     if not _extension.cutlass_config_names():  # no sm90 extension: every sm90 case counts as TMA
         assert not sm90_other
-    else:  # the sm90 op's GEMV (M <= 4, or forced) writes with plain stores
+    else:  # the sm90 op's decode kernels (GEMV M <= 4, skinny GEMM 5..16, or forced) write with plain stores
         assert {n for n in sm90_other if n.startswith("cutlass_config")} == {
-            n for n in every if n.startswith("cutlass_config") and "_gemv_" in n}
-        assert "cutlass_gemv_m3" in sm90_other and "cutlass_ladder_m200_n2048" in tma
+            n for n in every if n.startswith("cutlass_config") and ("_gemv_" in n or "_skinny_" in n)}
+        assert {"cutlass_gemv_m3", "cutlass_skinny_m9"} <= sm90_other and "cutlass_ladder_m200_n2048" in tma
