@@ -176,7 +176,7 @@ def _need_cutlass_sm90():
 @pytest.mark.parametrize("kwargs", [{"split_k": 4}, {"scheduler": "streamk"}, {}], ids=["split_k=4", "streamk", "heuristic"])
 def test_split_k_deterministic_over_runs_and_replays(kwargs):
     _need_cutlass_sm90()
-    m, n, k = 3, 4096, 14336  # decode through a long K: the heuristic runs the GEMV here (tests/test_cutlass_gemv.py)
+    m, n, k = 3, 4096, 14336  # decode through a long K: the heuristic runs the GEMV here (tests/test_cutlass_decode_kernels.py)
     a, b = rand_int8(m, k, device="cuda"), rand_int8(n, k, device="cuda")
     sa, sb, bias = rand_scale(m, 1, device="cuda"), rand_scale(n, device="cuda"), torch.randn(n, device="cuda")
     plan = w8a8.cutlass_plan(m, n, k, **kwargs)

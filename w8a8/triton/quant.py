@@ -85,7 +85,8 @@ class PerTokenConfig:
 # K = 4096 single pass, 4 warps (32 values per thread): 42.0 us, 78.5% of HBM (8 warps: 75%,
 # 16: 64%). K = 14336: single pass over a 16384-wide tile tops out at 55% (16 warps);
 # the two-pass loop over 2048-wide tiles with 8 warps reaches 64.6% (4096 wide: 61%).
-# So rows up to 8192 columns stay in registers, longer rows stream.
+# So rows up to 8192 columns stay in registers, longer rows stream. (Since the kernel
+# changes of 2026-11-23 the picks run at 85.0% and 77.8%: benchmarks/results/quant_h100.json.)
 PER_TOKEN_MAX_SINGLE_PASS_K = 8192
 # Tile width and warps of the two-pass loop (measured best at K = 14336, above).
 PER_TOKEN_STREAM_BLOCK_K = 2048
