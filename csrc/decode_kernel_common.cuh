@@ -1,7 +1,8 @@
 // Pieces shared by the two plain-CUDA decode kernels of the sm90 op (the dp4a
 // GEMV, scaled_mm_gemv.cu, and the mma.sync skinny GEMM, scaled_mm_skinny.cu):
-// the streamed weight load, the epilogue of one output element and the
-// programmatic-dependent launch. Both kernels compute the ScaledMmProblem of
+// their kernel arguments and the host checks that build them, the streamed
+// weight load, the epilogue of one output element and the programmatic-
+// dependent launch. Both kernels compute the ScaledMmProblem of
 // scaled_mm_problem.h with exact int32 sums, so one epilogue serves both.
 #pragma once
 
@@ -52,6 +53,33 @@ struct EpilogueArgs {
   ScaledMmBias bias_kind;
 };
 
+// A decode kernel's argument: the operands, the epilogue inputs and the work split.
+struct DecodeArgs {
+  const int8_t* a;
+  const int8_t* b;
+  EpilogueArgs epilogue;
+  int m, n;
+  int k_chunks;  // K / 16
+  int64_t lda, ldb;
+  int k_split;      // warps sharing one weight row (GEMV) or 16-row group (skinny GEMM)
+  int token_tiles;  // ceil(M / tokens per CTA)
+};
+
+// The arguments of a call, after the checks both kernels make: `p` keeps the
+// problem contract and k_split is 1, 2, 4 or 8; otherwise std::runtime_error
+// with the message prefixed by `who`.
+inline DecodeArgs make_decode_args(const ScaledMmProblem& p, int k_split, int64_t tokens_per_cta, const char* who) {
+  const std::string problem_error = scaled_mm_problem_error(p);
+  if (!problem_error.empty()) throw std::runtime_error(std::string(who) + ": " + problem_error);
+  if (!(k_split == 1 || k_split == 2 || k_split == 4 || k_split == 8)) {
+    throw std::runtime_error(std::string(who) + ": expected k_split 1, 2, 4 or 8, got " + std::to_string(k_split));
+  }
+  const EpilogueArgs epilogue{p.out, p.a_scale, p.b_scale, p.bias, p.ldd,
+                              p.a_scale_per_token, p.b_scale_per_channel, p.bias_kind};
+  return DecodeArgs{p.a, p.b, epilogue, static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k / 16),
+                    p.lda, p.ldb, k_split, static_cast<int>((p.m + tokens_per_cta - 1) / tokens_per_cta)};
+}
+
 // out[m, row] = the GEMM epilogues' math (dequantize_rn) applied to the exact sum.
 template <class Out>
 __device__ __forceinline__ void store_output(const EpilogueArgs& e, int m, int row, int32_t sum) {
@@ -65,17 +93,24 @@ __device__ __forceinline__ void store_output(const EpilogueArgs& e, int m, int r
   static_cast<Out*>(e.out)[int64_t(m) * e.ldd + row] = narrow<Out>(value);
 }
 
-// Launches `kernel` with programmatic stream serialization: the quantizer
-// before it (which calls allow_dependent_launch) lets its CTAs become resident
-// early; the kernel calls wait_for_prior_grids before its first load.
-template <class Kernel, class Args>
-void launch_programmatic(Kernel kernel, unsigned ctas, unsigned threads, cudaStream_t stream, const Args& args,
-                         const char* who) {
+using DecodeKernel = void (*)(DecodeArgs);
+
+// Launches the bf16 or the fp16 instantiation of a decode kernel, by
+// out_dtype, with programmatic stream serialization: the quantizer before it
+// (which calls allow_dependent_launch) lets its CTAs become resident early;
+// the kernel calls wait_for_prior_grids before its first load.
+inline void launch_programmatic(DecodeKernel bf16_kernel, DecodeKernel fp16_kernel, ScaledMmOutDtype out_dtype,
+                                int64_t ctas, unsigned threads, cudaStream_t stream, const DecodeArgs& args,
+                                const char* who) {
+  if (ctas > 2147483647) {
+    throw std::runtime_error(std::string(who) + ": expected fewer than 2^31 CTAs, got " + std::to_string(ctas));
+  }
+  const DecodeKernel kernel = out_dtype == ScaledMmOutDtype::kBFloat16 ? bf16_kernel : fp16_kernel;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(ctas);
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
   config.blockDim = dim3(threads);
   config.dynamicSmemBytes = 0;
   config.stream = stream;

@@ -2,9 +2,6 @@
 // split). The weights are read once, 16 bytes per lane per load, through the
 // non-coherent path without L1 allocation (they are streamed); the activation
 // rows are small and re-read by every warp, so they go through L1.
-#include <stdexcept>
-#include <string>
-
 #include "decode_kernel_common.cuh"
 #include "programmatic_launch.cuh"
 #include "scaled_mm_gemv.h"
@@ -16,17 +13,6 @@ constexpr int kThreads = kGemvWarps * 32;
 // 16-byte weight loads each lane issues before it consumes them: 2 KiB in
 // flight per warp, enough with a few warps per SM to cover HBM latency.
 constexpr int kUnroll = 4;
-
-struct GemvArgs {
-  const int8_t* a;
-  const int8_t* b;
-  decode::EpilogueArgs epilogue;
-  int m, n;
-  int k_chunks;  // K / 16
-  int64_t lda, ldb;
-  int k_split;      // warps per weight row
-  int token_tiles;  // ceil(M / kTokens)
-};
 
 __device__ __forceinline__ int dot16(int4 w, int4 x, int acc) {
   acc = __dp4a(w.x, x.x, acc);
@@ -44,7 +30,7 @@ template <int kTokens>
 constexpr int kMinCtasPerSm = kTokens <= 2 ? 4 : 2;
 
 template <int kTokens, class Out>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<kTokens>) scaled_mm_gemv_kernel(const GemvArgs args) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<kTokens>) scaled_mm_gemv_kernel(const decode::DecodeArgs args) {
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int rows_per_cta = kGemvWarps / args.k_split;
@@ -128,45 +114,26 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<kTokens>) scaled_mm_ge
   decode::store_output<Out>(args.epilogue, m, row, total);
 }
 
-[[noreturn]] void fail(const std::string& message) { throw std::runtime_error("scaled_mm_gemv: " + message); }
-
-template <int kTokens, class Out>
-void launch_typed(const GemvArgs& args, unsigned ctas, cudaStream_t stream) {
-  decode::launch_programmatic(scaled_mm_gemv_kernel<kTokens, Out>, ctas, kThreads, stream, args, "scaled_mm_gemv");
-}
-
 template <int kTokens>
-void launch(const GemvArgs& args, ScaledMmOutDtype out_dtype, unsigned ctas, cudaStream_t stream) {
-  if (out_dtype == ScaledMmOutDtype::kBFloat16) {
-    launch_typed<kTokens, __nv_bfloat16>(args, ctas, stream);
-  } else {
-    launch_typed<kTokens, __half>(args, ctas, stream);
-  }
+void launch(const decode::DecodeArgs& args, ScaledMmOutDtype out_dtype, int64_t ctas, cudaStream_t stream) {
+  decode::launch_programmatic(scaled_mm_gemv_kernel<kTokens, __nv_bfloat16>, scaled_mm_gemv_kernel<kTokens, __half>,
+                              out_dtype, ctas, kThreads, stream, args, "scaled_mm_gemv");
 }
 
 }  // namespace
 
 void scaled_mm_gemv(const ScaledMmProblem& p, int k_split, cudaStream_t stream) {
-  const std::string problem_error = scaled_mm_problem_error(p);
-  if (!problem_error.empty()) fail(problem_error);
-  if (!(k_split == 1 || k_split == 2 || k_split == 4 || k_split == 8)) {
-    fail("expected k_split 1, 2, 4 or 8, got " + std::to_string(k_split));
-  }
   // The token tile: the smallest of 1, 2, kGemvTokens that holds M, else kGemvTokens.
   const int tokens = p.m == 1 ? 1 : p.m == 2 ? 2 : kGemvTokens;
-  const decode::EpilogueArgs epilogue{p.out, p.a_scale, p.b_scale, p.bias, p.ldd,
-                                      p.a_scale_per_token, p.b_scale_per_channel, p.bias_kind};
-  GemvArgs args{p.a, p.b, epilogue, static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k / 16),
-                p.lda, p.ldb, k_split, static_cast<int>((p.m + tokens - 1) / tokens)};
+  const decode::DecodeArgs args = decode::make_decode_args(p, k_split, tokens, "scaled_mm_gemv");
   const int rows_per_cta = kGemvWarps / k_split;
   const int64_t ctas = (p.n + rows_per_cta - 1) / rows_per_cta * args.token_tiles;
-  if (ctas > 2147483647) fail("expected fewer than 2^31 CTAs, got " + std::to_string(ctas));
   if (tokens == 1) {
-    launch<1>(args, p.out_dtype, static_cast<unsigned>(ctas), stream);
+    launch<1>(args, p.out_dtype, ctas, stream);
   } else if (tokens == 2) {
-    launch<2>(args, p.out_dtype, static_cast<unsigned>(ctas), stream);
+    launch<2>(args, p.out_dtype, ctas, stream);
   } else {
-    launch<kGemvTokens>(args, p.out_dtype, static_cast<unsigned>(ctas), stream);
+    launch<kGemvTokens>(args, p.out_dtype, ctas, stream);
   }
 }
 

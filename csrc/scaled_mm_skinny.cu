@@ -1,9 +1,6 @@
 // The skinny GEMM kernel and its launcher (see scaled_mm_skinny.h for the
 // work split and the K permutation). Weights are streamed (read once, no L1
 // allocation); the few token rows are re-read by every warp through L1.
-#include <stdexcept>
-#include <string>
-
 #include "decode_kernel_common.cuh"
 #include "programmatic_launch.cuh"
 #include "scaled_mm_skinny.h"
@@ -17,17 +14,6 @@ constexpr int kStepChunks = 4;  // 16-byte chunks per 64-byte K step: one per la
 // K steps whose loads a lane issues before its first mma: 4 x (2 weight + up to
 // 2 token) 16-byte loads, 4 KiB of weights in flight per warp.
 constexpr int kUnroll = 4;
-
-struct SkinnyArgs {
-  const int8_t* a;
-  const int8_t* b;
-  decode::EpilogueArgs epilogue;
-  int m, n;
-  int k_chunks;  // K / 16
-  int64_t lda, ldb;
-  int k_split;      // warps per row group
-  int token_tiles;  // ceil(M / tokens per CTA)
-};
 
 // d += A x B on one m16n8k32 tile (A 16 x 32 row-major, B 32 x 8 column-major,
 // int8 in, int32 accumulate). Lane (g = lane / 4, t = lane % 4) supplies A rows
@@ -52,7 +38,7 @@ __device__ __forceinline__ void mma_step(int (&d)[4], int4 lo, int4 hi, int4 x) 
 
 // kHalves: token halves of 8 per CTA (1 for M <= 8, else 2).
 template <int kHalves, class Out>
-__global__ void __launch_bounds__(kThreads, 2) scaled_mm_skinny_kernel(const SkinnyArgs args) {
+__global__ void __launch_bounds__(kThreads, 2) scaled_mm_skinny_kernel(const decode::DecodeArgs args) {
   constexpr int kTokens = 8 * kHalves;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -142,40 +128,23 @@ __global__ void __launch_bounds__(kThreads, 2) scaled_mm_skinny_kernel(const Ski
   }
 }
 
-[[noreturn]] void fail(const std::string& message) { throw std::runtime_error("scaled_mm_skinny: " + message); }
-
 template <int kHalves>
-void launch(const SkinnyArgs& args, ScaledMmOutDtype out_dtype, unsigned ctas, cudaStream_t stream) {
-  if (out_dtype == ScaledMmOutDtype::kBFloat16) {
-    decode::launch_programmatic(scaled_mm_skinny_kernel<kHalves, __nv_bfloat16>, ctas, kThreads, stream, args,
-                                "scaled_mm_skinny");
-  } else {
-    decode::launch_programmatic(scaled_mm_skinny_kernel<kHalves, __half>, ctas, kThreads, stream, args,
-                                "scaled_mm_skinny");
-  }
+void launch(const decode::DecodeArgs& args, ScaledMmOutDtype out_dtype, int64_t ctas, cudaStream_t stream) {
+  decode::launch_programmatic(scaled_mm_skinny_kernel<kHalves, __nv_bfloat16>, scaled_mm_skinny_kernel<kHalves, __half>,
+                              out_dtype, ctas, kThreads, stream, args, "scaled_mm_skinny");
 }
 
 }  // namespace
 
 void scaled_mm_skinny(const ScaledMmProblem& p, int k_split, cudaStream_t stream) {
-  const std::string problem_error = scaled_mm_problem_error(p);
-  if (!problem_error.empty()) fail(problem_error);
-  if (!(k_split == 1 || k_split == 2 || k_split == 4 || k_split == 8)) {
-    fail("expected k_split 1, 2, 4 or 8, got " + std::to_string(k_split));
-  }
   const int halves = p.m <= 8 ? 1 : 2;
-  const int64_t tokens = 8 * halves;
-  const decode::EpilogueArgs epilogue{p.out, p.a_scale, p.b_scale, p.bias, p.ldd,
-                                      p.a_scale_per_token, p.b_scale_per_channel, p.bias_kind};
-  const SkinnyArgs args{p.a, p.b, epilogue, static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k / 16),
-                        p.lda, p.ldb, k_split, static_cast<int>((p.m + tokens - 1) / tokens)};
+  const decode::DecodeArgs args = decode::make_decode_args(p, k_split, 8 * halves, "scaled_mm_skinny");
   const int64_t rows_per_cta = int64_t(kGroupRows) * (kSkinnyWarps / k_split);
   const int64_t ctas = (p.n + rows_per_cta - 1) / rows_per_cta * args.token_tiles;
-  if (ctas > 2147483647) fail("expected fewer than 2^31 CTAs, got " + std::to_string(ctas));
   if (halves == 1) {
-    launch<1>(args, p.out_dtype, static_cast<unsigned>(ctas), stream);
+    launch<1>(args, p.out_dtype, ctas, stream);
   } else {
-    launch<2>(args, p.out_dtype, static_cast<unsigned>(ctas), stream);
+    launch<2>(args, p.out_dtype, ctas, stream);
   }
 }
 
