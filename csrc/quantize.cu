@@ -1,7 +1,8 @@
 // CUDA activation quantizers, bit-identical to w8a8/reference.py (see quantize.h).
 //
 // Exactness: divisions are __fdiv_rn (IEEE round to nearest, whatever the
-// compiler flags), rounding is rintf (half to even), non-finite values are
+// compiler flags), rounding is half to even (rintf in the static kernel, the
+// magic-number sum in the per-token one: kRintMagic), non-finite values are
 // detected with |v| <= FLT_MAX (false for Inf and NaN) and never enter the
 // max, so NaN propagation rules of fmaxf do not matter.
 //

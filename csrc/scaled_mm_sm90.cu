@@ -161,14 +161,8 @@ Plan plan(const ScaledMmSm90Params& p) {
   const bool split = p.split_k > 1 || p.scheduler == ScaledMmScheduler::kStreamK;
   const bool no_split = p.split_k == 1 || p.scheduler == ScaledMmScheduler::kPersistent;
   if (p.config_id < 0 && !split && !no_split) {
-    const sm90::AutoPlan automatic = sm90::plan_auto(p.m, p.n, p.sm_count);
-    const ConfigEntry& config = kConfigs[automatic.config_id];
-    SchedulerOptions options = config.options;
-    if (config.stream_k) {
-      options.decomposition = automatic.decomposition;
-      options.splits = automatic.splits;
-    }
-    return {&config, options};
+    const ConfigEntry& config = kConfigs[sm90::plan_auto(p.m, p.n, p.sm_count)];
+    return {&config, config.options};
   }
   int id = p.config_id >= 0 ? p.config_id : sm90::select_config(p.m, p.n);
   if (split && p.config_id < 0 && !kConfigs[id].stream_k) id = sm90::split_capable_config(p.m);

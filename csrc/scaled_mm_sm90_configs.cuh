@@ -239,12 +239,6 @@ inline int split_capable_config(int64_t m) {
 // the stream-K-scheduler configs (split_capable_config).
 // ---------------------------------------------------------------------------
 
-struct AutoPlan {
-  int config_id;
-  Decomposition decomposition;  // kDataParallel or kSplitK
-  int splits;
-};
-
 // ---------------------------------------------------------------------------
 // The decode GEMV (scaled_mm_gemv.h; not a CUTLASS kernel): at a few tokens the
 // GEMM streams its weights and nothing else, and the swap-AB tile pays for
@@ -311,15 +305,13 @@ constexpr int decode_kernel_splits(int config_id) {
   }
 }
 
-// What scheduler "auto" runs: the GEMV for a few tokens, the skinny GEMM for a
-// few more, else the ladder's config, split where the policy above says so.
-inline AutoPlan plan_auto(int64_t m, int64_t n, int sm_count) {
-  if (m <= GemvPolicy::kMaxM) return {GemvPolicy::kConfig, Decomposition::kDataParallel, 1};
-  if (m <= SkinnyPolicy::kMaxM) {
-    const int config = SkinnyPolicy::config(n, sm_count);
-    return {config, Decomposition::kDataParallel, decode_kernel_splits(config)};
-  }
-  return {select_config(m, n), Decomposition::kDataParallel, 1};
+// The config scheduler "auto" runs, with the scheduler options of its table
+// entry: the GEMV for a few tokens, the skinny GEMM for a few more (each with
+// its K split inside the CTA), else the ladder's config, data-parallel.
+inline int plan_auto(int64_t m, int64_t n, int sm_count) {
+  if (m <= GemvPolicy::kMaxM) return GemvPolicy::kConfig;
+  if (m <= SkinnyPolicy::kMaxM) return SkinnyPolicy::config(n, sm_count);
+  return select_config(m, n);
 }
 
 }  // namespace w8a8::sm90
