@@ -40,6 +40,15 @@ struct ScaledMmSm80Gemm {
                 "scaled_mm_sm80: warps tile the CTA tile");
   static_assert(WarpShape::kM % 16 == 0 && WarpShape::kN % 8 == 0 && WarpShape::kK % 32 == 0,
                 "scaled_mm_sm80: a warp tile is a whole number of m16n8k32 instructions");
+  // cp.async fills a stage in 16-byte accesses spread evenly over the CTA's
+  // threads; CUTLASS's raked thread map rounds the per-thread count down when
+  // they do not divide, and the rows left over are never loaded (a 144 x 64
+  // tile on six warps gave wrong sums on the H100 without failing to compile).
+  static constexpr int kThreads =
+      32 * (TileShape::kM / WarpShape::kM) * (TileShape::kN / WarpShape::kN) * (TileShape::kK / WarpShape::kK);
+  static_assert((TileShape::kM * TileShape::kK / kAlignment) % kThreads == 0 &&
+                    (TileShape::kN * TileShape::kK / kAlignment) % kThreads == 0,
+                "scaled_mm_sm80: the CTA's threads must split each operand tile's 16-byte loads evenly");
 
   // The epilogue walks the accumulators as fp32 fragments of 4 (the thread
   // map of CUTLASS's default tensor-op epilogue for a 4-wide fp32 C).
