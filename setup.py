@@ -41,6 +41,7 @@ SM80_SOURCES = [
     "csrc/scaled_mm_sm80_large.cu",
     "csrc/scaled_mm_sm80_m96.cu",
     "csrc/scaled_mm_sm80_m80.cu",
+    "csrc/scaled_mm_sm80_m96_split_k.cu",
 ]
 SM80_ARCHS = ["80", "86", "89", "90"]
 # Host-side torch bindings: the thin layer that checks tensors and calls the kernels.

@@ -28,6 +28,13 @@ constexpr ConfigEntry entry(sm80::ConfigId id, const char* name) {
   return ConfigEntry{id, name, {&Bf16::workspace_size, &Fp16::workspace_size}, {&Bf16::run, &Fp16::run}};
 }
 
+template <class Config>
+constexpr ConfigEntry split_k_entry(sm80::ConfigId id, const char* name) {
+  using Bf16 = sm80::ScaledMmSm80SplitKLauncher<Config, cutlass::bfloat16_t>;
+  using Fp16 = sm80::ScaledMmSm80SplitKLauncher<Config, cutlass::half_t>;
+  return ConfigEntry{id, name, {&Bf16::workspace_size, &Fp16::workspace_size}, {&Bf16::run, &Fp16::run}};
+}
+
 // Names: tile M x N x K, warp tile, stages.
 constexpr ConfigEntry kConfigs[] = {
     entry<sm80::Sm80Int8M16>(sm80::kM16, "16x64x128_w16x64x64_s5"),
@@ -37,6 +44,7 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm80::Sm80Int8Large>(sm80::kLarge, "128x256x64_w64x64x64_s4"),
     entry<sm80::Sm80Int8M96>(sm80::kM96, "96x128x64_w48x64x64_s5"),
     entry<sm80::Sm80Int8M80>(sm80::kM80, "80x128x128_w80x32x128_s3"),
+    split_k_entry<sm80::Sm80Int8M96SplitK>(sm80::kM96SplitK, "96x128x64_w48x64x64_s5_splitk"),
 };
 
 constexpr bool table_matches_ids() {
@@ -60,7 +68,7 @@ const ConfigEntry& checked_config(const ScaledMmSm80Params& p) {
     fail("expected config_id in [-1, " + std::to_string(sm80::kNumConfigs - 1) + "], got " +
          std::to_string(p.config_id));
   }
-  const int id = p.config_id >= 0 ? p.config_id : sm80::select_config(p.m, p.n, p.k, p.sm_count);
+  const int id = p.config_id >= 0 ? p.config_id : sm80::select_config(p.m, p.n, p.k, {p.sm_count, p.shared_memory_per_sm});
   return kConfigs[id];
 }
 
@@ -72,8 +80,8 @@ const char* scaled_mm_sm80_config_name(int config_id) {
   return config_id >= 0 && config_id < sm80::kNumConfigs ? kConfigs[config_id].name : nullptr;
 }
 
-int scaled_mm_sm80_heuristic_config(int64_t m, int64_t n, int64_t k, int sm_count) {
-  return sm80::select_config(m, n, k, sm_count);
+int scaled_mm_sm80_heuristic_config(int64_t m, int64_t n, int64_t k, int sm_count, int shared_memory_per_sm) {
+  return sm80::select_config(m, n, k, {sm_count, shared_memory_per_sm});
 }
 
 size_t scaled_mm_sm80_workspace_size(const ScaledMmSm80Params& params) {

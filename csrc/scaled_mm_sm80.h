@@ -19,11 +19,13 @@ struct ScaledMmSm80Params : ScaledMmProblem {
   // into the config table (0 <= config_id < scaled_mm_sm80_num_configs()).
   int config_id = -1;
   int sm_count = 0;  // multiprocessor count of the current device; must be > 0
+  // Shared memory of one multiprocessor in bytes (cudaDevAttrMaxSharedMemoryPerMultiprocessor):
+  // how many CTAs of the split-K config can be resident at once. 0 reads as none: K is not split.
+  int shared_memory_per_sm = 0;
 };
 
-// Bytes of device workspace the call needs (0 for every config of the table:
-// all are data-parallel; kept so a split config needs no interface change).
-// Throws std::runtime_error
+// Bytes of device workspace the call needs: the int32 partial sums of the
+// split-K config, 0 for the data-parallel ones. Throws std::runtime_error
 // with a message on invalid params.
 size_t scaled_mm_sm80_workspace_size(const ScaledMmSm80Params& params);
 
@@ -36,6 +38,6 @@ void scaled_mm_sm80(const ScaledMmSm80Params& params, void* workspace, cudaStrea
 int scaled_mm_sm80_num_configs();
 const char* scaled_mm_sm80_config_name(int config_id);
 // The config that config_id = -1 runs for this shape.
-int scaled_mm_sm80_heuristic_config(int64_t m, int64_t n, int64_t k, int sm_count);
+int scaled_mm_sm80_heuristic_config(int64_t m, int64_t n, int64_t k, int sm_count, int shared_memory_per_sm);
 
 }  // namespace w8a8

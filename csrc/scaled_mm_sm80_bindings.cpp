@@ -7,8 +7,8 @@
 //                          Tensor? bias, ScalarType out_dtype, int config_id=-1) -> Tensor
 //       the math and argument rules of scaled_mm_cutlass (torch_bindings.cpp),
 //       on mma.sync kernels; runs on compute capability 8.x, and on 9.0 when
-//       asked for explicitly (backend="cutlass_sm80"). No split_k / scheduler:
-//       every sm80 config is data-parallel.
+//       asked for explicitly (backend="cutlass_sm80"). No split_k / scheduler
+//       arguments: the one split-K config splits K by its own rule.
 //   scaled_mm_cutlass_sm80_config(int m, int n, int k) -> int
 //       the config id that config_id = -1 runs for that shape on the current device.
 //   cutlass_sm80_archs() -> int[]
@@ -72,6 +72,7 @@ at::Tensor scaled_mm_cutlass_sm80(const at::Tensor& a, const at::Tensor& b, cons
   at::Tensor out = bind_problem(params, a, b, a_scale, b_scale, bias, out_dtype);
   params.config_id = static_cast<int>(config_id);
   params.sm_count = info.sm_count;
+  params.shared_memory_per_sm = info.shared_memory_per_sm;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
   try {
     const size_t workspace_bytes = scaled_mm_sm80_workspace_size(params);
@@ -91,7 +92,8 @@ at::Tensor scaled_mm_cutlass_sm80(const at::Tensor& a, const at::Tensor& b, cons
 
 int64_t scaled_mm_cutlass_sm80_config(int64_t m, int64_t n, int64_t k) {
   W8A8_CHECK(m > 0 && n > 0 && k > 0, "the config query needs M, N, K > 0, got M = ", m, ", N = ", n, ", K = ", k);
-  return scaled_mm_sm80_heuristic_config(m, n, k, device_info(c10::cuda::current_device()).sm_count);
+  const DeviceInfo& info = device_info(c10::cuda::current_device());
+  return scaled_mm_sm80_heuristic_config(m, n, k, info.sm_count, info.shared_memory_per_sm);
 }
 
 // Keep in step with SM80_ARCHS in setup.py.

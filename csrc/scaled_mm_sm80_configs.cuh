@@ -80,6 +80,85 @@ struct Sm80Int8M80 {
   static constexpr int kStages = 3;
 };
 
+// What the ladder knows of the device.
+struct Sm80Device {
+  int sm_count = 0;
+  int shared_memory_per_sm = 0;  // bytes; 0: unknown, and K is never split
+};
+
+// Split-K form of a data-parallel config: the same tile and mainloop, with K
+// cut into split_k_slices() ranges whose int32 partial sums a second kernel
+// adds and dequantizes (scaled_mm_sm80_split_k.cuh).
+template <class DataParallelConfig>
+struct SplitK : DataParallelConfig {};
+
+// Shared memory of a config's mainloop: (tile M + tile N) x tile K int8 per stage.
+template <class Config>
+constexpr int config_shared_bytes() {
+  return (Config::TileShape::kM + Config::TileShape::kN) * Config::TileShape::kK * Config::kStages;
+}
+
+// Narrow N with a long K just past a wave (4096 x 14336 at M in (256, 288]):
+// three 96-row M tiles make 96 CTAs on 132 SMs, and each SM that has one runs
+// 62 us while 36 SMs idle. Four K ranges make 384 CTAs, at most three per SM,
+// all resident at once: 58 us measured (the data-parallel configs: 61-63).
+using Sm80Int8M96SplitK = SplitK<Sm80Int8M96>;
+
+// The split-K kernel is compiled for kSplitKCtasPerSm resident CTAs (launch
+// bounds: 65536 registers / (3 x 128 threads) = at most 170 per thread, where
+// the unbounded 96 x 128 tile takes 186). Three is what the 96-tile case
+// needs (ceil(384 / 132) = 3) and what fits the 227 KB of an sm90 SM
+// (3 x 70 KB); an A100 (164 KB) holds two, sm86 / sm89 (100 KB) one.
+constexpr int kSplitKCtasPerSm = 3;
+
+template <class Config>
+constexpr int split_k_resident_ctas(const Sm80Device& device) {
+  const int by_shared_memory = device.shared_memory_per_sm / config_shared_bytes<Config>();
+  return by_shared_memory < kSplitKCtasPerSm ? by_shared_memory : kSplitKCtasPerSm;
+}
+
+// The number of K ranges of a split-K config, 1 where splitting does not pay.
+// Ranges are tried while they stay >= kSplitKMinSliceK deep, and a count
+// qualifies when its CTAs
+//   * are all resident at once (tiles x slices <= SMs x resident CTAs): past
+//     one resident round, each SM that frees up takes a whole new set of CTAs
+//     and some end up running twice the others' share (96 tiles in 4 ranges
+//     at two CTAs per SM: 67 us, slower than unsplit);
+//   * fill at least kSplitKMinResidentFill of those places: bounded to 170
+//     registers, the kernel runs 1.5x slower than the unbounded data-parallel
+//     one when it is alone on an SM (31.9 against 21.0 us, 4096 x 4096 at
+//     M = 257) and catches up only with three CTAs per SM to hide latency
+//     (6144 x 4096 at M = 257, 2 ranges, 73% of the places: 36.4 us against
+//     35.6 unsplit);
+//   * cut the busiest SM's load, ceil(tiles x slices / SMs) / slices in
+//     unsplit tiles, to at most kSplitKMaxLoadRatio of the unsplit grid's: the
+//     partial sums and the second kernel cost 3-4 us (two ranges at 4096 x
+//     4096, M = 257: 24.7 us against 21.0 for the same load unsplit).
+// kSplitKMinSliceK = 2048: each range adds a slab of M x N int32 (8 bytes per
+// output written and read back) to 2 x range MACs per output; at 2048 that
+// traffic is ~10% of the GEMM's time at the mma.sync rate.
+constexpr int kSplitKMaxSlices = 8;
+constexpr int64_t kSplitKMinSliceK = 2048;
+constexpr double kSplitKMinResidentFill = 0.9;
+constexpr double kSplitKMaxLoadRatio = 0.9;
+
+template <class Config>
+int split_k_slices(int64_t m, int64_t n, int64_t k, const Sm80Device& device) {
+  const int64_t tiles =
+      ((m + Config::TileShape::kM - 1) / Config::TileShape::kM) * ((n + Config::TileShape::kN - 1) / Config::TileShape::kN);
+  const int64_t resident = int64_t(device.sm_count) * split_k_resident_ctas<Config>(device);
+  auto load = [&](int slices) {  // the busiest SM's share, in unsplit tiles
+    return double((tiles * slices + device.sm_count - 1) / device.sm_count) / slices;
+  };
+  int best = 1;
+  for (int slices = 2; slices <= kSplitKMaxSlices; ++slices) {
+    if (k / slices < kSplitKMinSliceK || tiles * slices > resident) break;
+    const bool fills = double(tiles * slices) >= kSplitKMinResidentFill * double(resident);
+    if (fills && load(slices) < load(best) && load(slices) <= kSplitKMaxLoadRatio * load(1)) best = slices;
+  }
+  return best;
+}
+
 // Index of each config in the table of scaled_mm_sm80.cu (the config_id of the op).
 enum ConfigId : int {
   kM16 = 0,
@@ -89,7 +168,8 @@ enum ConfigId : int {
   kLarge = 4,
   kM96 = 5,
   kM80 = 6,
-  kNumConfigs = 7
+  kM96SplitK = 7,
+  kNumConfigs = 8
 };
 
 // The ladder: the config a call with config_id = -1 runs. Read from the sweep
@@ -100,14 +180,16 @@ enum ConfigId : int {
 //   narrow N (a row of 128-wide tiles leaves SMs idle: N = 4096, 6144):
 //     M <= 32: 16x64 (11-14 us at 4096 x 4096, every SM busy on 64-wide tiles)
 //     <= 128: 32x64; <= 256: 64x128 (4 x 32 tiles = one wave at N = 4096);
-//     <= 320: 80x128 (four M tiles); <= 384: 96x128; then 128x128.
+//     <= 288: 96x128 split-K where split_k_slices splits (4096 x 14336 on
+//     the H100: four ranges); <= 320: 80x128 (four M tiles); <= 384:
+//     96x128; then 128x128.
 //   wide N (N / 128 >= SMs, e.g. 28672): 64x128 to M = 64, 128x256 to 128
 //     (112 tiles, one wave), 96x128 to 192, 128x128 to 256, 80x128 to 320,
 //     128x256 to 384, then 128x128.
 //   M > 512: 128x256 once it fills four waves (8192^3: 896 TOP/s against
 //     844 for 128x128), 128x128 below that.
-inline ConfigId select_config(int64_t m, int64_t n, int64_t k, int sm_count) {
-  (void)k;
+inline ConfigId select_config(int64_t m, int64_t n, int64_t k, const Sm80Device& device) {
+  const int sm_count = device.sm_count;
   if (m <= 32) return kM16;
   if (m > 512) {
     const int64_t large_tiles = ((m + 127) / 128) * ((n + 255) / 256);
@@ -117,6 +199,7 @@ inline ConfigId select_config(int64_t m, int64_t n, int64_t k, int sm_count) {
   if (!wide_n) {
     if (m <= 128) return kM32;
     if (m <= 256) return kM64;
+    if (m <= 288 && split_k_slices<Sm80Int8M96SplitK>(m, n, k, device) > 1) return kM96SplitK;
     if (m <= 320) return kM80;
     if (m <= 384) return kM96;
     return kM128;
@@ -134,6 +217,13 @@ inline ConfigId select_config(int64_t m, int64_t n, int64_t k, int sm_count) {
 // output type in scaled_mm_sm80_<config>.cu.
 template <class Config, class ElementOut>
 struct ScaledMmSm80Launcher {
+  static size_t workspace_size(const ScaledMmSm80Params& params);
+  static void run(const ScaledMmSm80Params& params, void* workspace, cudaStream_t stream);
+};
+
+// Defined in scaled_mm_sm80_split_k.cuh for the SplitK<...> configs.
+template <class Config, class ElementOut>
+struct ScaledMmSm80SplitKLauncher {
   static size_t workspace_size(const ScaledMmSm80Params& params);
   static void run(const ScaledMmSm80Params& params, void* workspace, cudaStream_t stream);
 };

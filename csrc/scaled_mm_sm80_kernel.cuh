@@ -25,16 +25,15 @@
 
 namespace w8a8::sm80 {
 
-template <class Config, class ElementOut>
-struct ScaledMmSm80Gemm {
+// What every sm80 tile config must satisfy (the data-parallel and split-K
+// kernels both check it).
+template <class Config>
+struct Sm80TileRules {
   using TileShape = typename Config::TileShape;
   using WarpShape = typename Config::WarpShape;
   using InstructionShape = cutlass::gemm::GemmShape<16, 8, 32>;  // mma.sync.m16n8k32.s8.s8.s32
-  static constexpr int kStages = Config::kStages;
   static constexpr int kAlignment = 16;  // int8 elements per cp.async (16 bytes): the K % 16 rule
 
-  static_assert(std::is_same_v<ElementOut, cutlass::bfloat16_t> || std::is_same_v<ElementOut, cutlass::half_t>,
-                "scaled_mm_sm80: the output is bf16 or fp16");
   static_assert(TileShape::kM % WarpShape::kM == 0 && TileShape::kN % WarpShape::kN == 0 &&
                     TileShape::kK % WarpShape::kK == 0,
                 "scaled_mm_sm80: warps tile the CTA tile");
@@ -49,6 +48,19 @@ struct ScaledMmSm80Gemm {
   static_assert((TileShape::kM * TileShape::kK / kAlignment) % kThreads == 0 &&
                     (TileShape::kN * TileShape::kK / kAlignment) % kThreads == 0,
                 "scaled_mm_sm80: the CTA's threads must split each operand tile's 16-byte loads evenly");
+};
+
+template <class Config, class ElementOut>
+struct ScaledMmSm80Gemm {
+  using Rules = Sm80TileRules<Config>;
+  using TileShape = typename Config::TileShape;
+  using WarpShape = typename Config::WarpShape;
+  using InstructionShape = typename Rules::InstructionShape;
+  static constexpr int kStages = Config::kStages;
+  static constexpr int kAlignment = Rules::kAlignment;
+
+  static_assert(std::is_same_v<ElementOut, cutlass::bfloat16_t> || std::is_same_v<ElementOut, cutlass::half_t>,
+                "scaled_mm_sm80: the output is bf16 or fp16");
 
   // The epilogue walks the accumulators as fp32 fragments of 4 (the thread
   // map of CUTLASS's default tensor-op epilogue for a 4-wide fp32 C).

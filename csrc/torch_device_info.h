@@ -1,4 +1,4 @@
-// Capability and SM count of the visible CUDA devices, queried once (shared by the bindings).
+// Capability, SM count and shared memory per SM of the visible CUDA devices, queried once (shared by the bindings).
 #pragma once
 
 #include <vector>
@@ -14,6 +14,7 @@ namespace w8a8 {
 
 struct DeviceInfo {
   int major = 0, minor = 0, sm_count = 0;
+  int shared_memory_per_sm = 0;  // bytes of one multiprocessor (what its resident CTAs share)
 };
 
 // Capability and SM count of every visible device, queried once (C++ static
@@ -25,6 +26,8 @@ inline const DeviceInfo& device_info(c10::DeviceIndex device) {
       C10_CUDA_CHECK(cudaDeviceGetAttribute(&all[d].major, cudaDevAttrComputeCapabilityMajor, d));
       C10_CUDA_CHECK(cudaDeviceGetAttribute(&all[d].minor, cudaDevAttrComputeCapabilityMinor, d));
       C10_CUDA_CHECK(cudaDeviceGetAttribute(&all[d].sm_count, cudaDevAttrMultiProcessorCount, d));
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&all[d].shared_memory_per_sm,
+                                            cudaDevAttrMaxSharedMemoryPerMultiprocessor, d));
     }
     return all;
   }();

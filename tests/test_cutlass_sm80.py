@@ -11,7 +11,8 @@ import torch
 
 import w8a8
 from w8a8 import _extension, backends, reference
-from helpers import assert_ulp_close, check_w8a8linear_graph, poison_allocator, rand_int8, rand_scale
+from helpers import (assert_ulp_close, capture_graph, check_w8a8linear_graph, poison_allocator, rand_int8,
+                     rand_scale)
 from test_cutlass_sm90 import _cuobjdump
 
 pytestmark = pytest.mark.cuda
@@ -133,12 +134,65 @@ def test_opcheck():
         torch.library.opcheck(torch.ops.w8a8.scaled_mm_cutlass_sm80, args)
 
 
-def test_deterministic_across_runs():
-    """No atomics, no split reduction: every run gives the same bits."""
-    a, b, sa, sb, bias = _operands(300, 4096, 4096)
+@pytest.mark.parametrize("m,n,k", [(300, 4096, 4096), (257, 4096, 14336)])
+def test_deterministic_across_runs(m, n, k):
+    """No atomics; the split-K config (second shape, on an H100) adds its K ranges in a fixed
+    order: every run gives the same bits."""
+    a, b, sa, sb, bias = _operands(m, n, k)
     first = w8a8.scaled_mm(a, b, sa, sb, bias, backend=BACKEND)
     for _ in range(20):
         assert torch.equal(w8a8.scaled_mm(a, b, sa, sb, bias, backend=BACKEND), first)
+
+
+SPLIT_K_CONFIG = SM80_CONFIGS.index("96x128x64_w48x64x64_s5_splitk") if SM80_CONFIGS else -1
+# The ladder splits K on narrow N with a long K just past a wave (4096 x 14336, M in (256, 288]),
+# where the device holds three 70 KB CTAs per SM and has the H100's 132 SMs.
+SPLIT_K_SHAPES = [(257, 4096, 14336), (263, 4096, 14336), (288, 4096, 14336)]
+
+
+def _ladder_splits_here() -> bool:
+    props = torch.cuda.get_device_properties(0)
+    shared_per_sm = getattr(props, "shared_memory_per_multiprocessor", 0)
+    return props.multi_processor_count == 132 and shared_per_sm >= 3 * 70 * 1024
+
+
+def test_ladder_takes_split_k_past_the_m256_wave():
+    if not _ladder_splits_here():
+        pytest.skip("the split-K rung is read for the H100's 132 SMs and 227 KB per SM")
+    for m, n, k in SPLIT_K_SHAPES:
+        assert torch.ops.w8a8.scaled_mm_cutlass_sm80_config(m, n, k) == SPLIT_K_CONFIG, (m, n, k)
+    # Not where the K ranges would not fill the SMs three CTAs deep (short K, a 4th M tile, wide N).
+    for m, n, k in [(256, 4096, 14336), (289, 4096, 14336), (257, 4096, 4096), (257, 6144, 4096),
+                    (257, 28672, 4096)]:
+        assert torch.ops.w8a8.scaled_mm_cutlass_sm80_config(m, n, k) != SPLIT_K_CONFIG, (m, n, k)
+
+
+@pytest.mark.parametrize("m,n,k", SPLIT_K_SHAPES)
+@pytest.mark.parametrize("out_dtype,bias_dtype", [(torch.bfloat16, torch.float32), (torch.float16, "out"),
+                                                  (torch.bfloat16, None)])
+def test_split_k_shapes_through_the_ladder(m, n, k, out_dtype, bias_dtype):
+    """Exact int32 sums of the K ranges, then the one dequantization: within 1 ulp of the reference."""
+    _check(m, n, k, out_dtype, bias_dtype=out_dtype if bias_dtype == "out" else bias_dtype)
+
+
+@pytest.mark.parametrize("per_token,per_channel", [(False, True), (True, False)])
+def test_split_k_scalar_scales_and_row_strided_activation(per_token, per_channel):
+    m, k = 270, 14336
+    wide = rand_int8(m, k + 32, device="cuda")
+    _check(m, 4096, k, per_token=per_token, per_channel=per_channel, a=wide[:, 16 : 16 + k])
+
+
+def test_split_k_in_a_cuda_graph():
+    """The partial sums live in a workspace from the caching allocator: capturable, and each
+    replay recomputes them from the new inputs."""
+    m, n, k = 257, 4096, 14336
+    a, b, sa, sb, bias = _operands(m, n, k)
+    graph, out = capture_graph(lambda: w8a8.scaled_mm(a, b, sa, sb, bias, backend=BACKEND))
+    for _ in range(2):
+        a.copy_(rand_int8(m, k, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_ulp_close(out, reference.scaled_mm(a, b, sa, sb, bias, torch.bfloat16), max_ulp=1)
 
 
 @pytest.mark.parametrize("m", [1, 16, 200])
