@@ -20,18 +20,12 @@ struct ConfigEntry {
   void (*run[2])(const ScaledMmSm80Params&, void*, cudaStream_t);
 };
 
-template <class Config>
+// Launcher: ScaledMmSm80Launcher (data-parallel) or ScaledMmSm80SplitKLauncher.
+template <class Config, template <class, class> class Launcher = sm80::ScaledMmSm80Launcher>
 constexpr ConfigEntry entry(sm80::ConfigId id, const char* name) {
-  using Bf16 = ScaledMmSm80Launcher<Config, cutlass::bfloat16_t>;
-  using Fp16 = ScaledMmSm80Launcher<Config, cutlass::half_t>;
+  using Bf16 = Launcher<Config, cutlass::bfloat16_t>;
+  using Fp16 = Launcher<Config, cutlass::half_t>;
   static_assert(int(ScaledMmOutDtype::kBFloat16) == 0 && int(ScaledMmOutDtype::kFloat16) == 1);
-  return ConfigEntry{id, name, {&Bf16::workspace_size, &Fp16::workspace_size}, {&Bf16::run, &Fp16::run}};
-}
-
-template <class Config>
-constexpr ConfigEntry split_k_entry(sm80::ConfigId id, const char* name) {
-  using Bf16 = sm80::ScaledMmSm80SplitKLauncher<Config, cutlass::bfloat16_t>;
-  using Fp16 = sm80::ScaledMmSm80SplitKLauncher<Config, cutlass::half_t>;
   return ConfigEntry{id, name, {&Bf16::workspace_size, &Fp16::workspace_size}, {&Bf16::run, &Fp16::run}};
 }
 
@@ -44,7 +38,7 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm80::Sm80Int8Large>(sm80::kLarge, "128x256x64_w64x64x64_s4"),
     entry<sm80::Sm80Int8M96>(sm80::kM96, "96x128x64_w48x64x64_s5"),
     entry<sm80::Sm80Int8M80>(sm80::kM80, "80x128x128_w80x32x128_s3"),
-    split_k_entry<sm80::Sm80Int8M96SplitK>(sm80::kM96SplitK, "96x128x64_w48x64x64_s5_splitk"),
+    entry<sm80::Sm80Int8M96SplitK, sm80::ScaledMmSm80SplitKLauncher>(sm80::kM96SplitK, "96x128x64_w48x64x64_s5_splitk"),
 };
 
 constexpr bool table_matches_ids() {

@@ -55,10 +55,9 @@ struct ScaledMmSm80SplitKGemm {
       cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>, Config::kStages,
       cutlass::arch::OpMultiplyAddSaturate>::GemmKernel;
 
-  static_assert(sizeof(typename Kernel::SharedStorage) <= kMaxSharedMemoryBytes,
-                "scaled_mm_sm80: the config needs more shared memory than sm86/sm89 grant a block");
-
   static constexpr size_t kSharedBytes = sizeof(typename Kernel::SharedStorage);
+  static_assert(kSharedBytes <= kMaxSharedMemoryBytes,
+                "scaled_mm_sm80: the config needs more shared memory than sm86/sm89 grant a block");
   static_assert(kSharedBytes == config_shared_bytes<Config>(),
                 "scaled_mm_sm80: split_k_resident_ctas counts the mainloop's stages as the CTA's shared memory");
 
@@ -67,28 +66,28 @@ struct ScaledMmSm80SplitKGemm {
   }
 
   // The K ranges CUTLASS launches for `slices`: it cuts K into ranges of
-  // round_up(ceil(K / slices), 16) (UniversalParamsBase::init_grid_tiled_shape, 16 = 128 bits of int8), which
-  // can make fewer ranges than asked (K = 272 in 7: 48-deep ranges, 6 of them).
-  // With split_k_slices' 2048-deep minimum the two agree; the reduction sums
-  // exactly the slabs written either way.
-  static int slabs(const ScaledMmSm80Params& p) {
+  // round_up(ceil(K / slices), 16) (UniversalParamsBase::init_grid_tiled_shape;
+  // 16 = 128 bits of int8), which can make fewer ranges than asked (K = 272
+  // in 7: 48-deep ranges, 6 of them). With split_k_slices' 2048-deep minimum
+  // the two agree; the reduction sums exactly the slabs written either way.
+  static int slabs(const ScaledMmSm80Params& p, int slices) {
     const int64_t k_align = Rules::kAlignment;
-    const int64_t range = (p.k + slices(p) - 1) / slices(p);
+    const int64_t range = (p.k + slices - 1) / slices;
     const int64_t aligned_range = (range + k_align - 1) / k_align * k_align;
     return static_cast<int>((p.k + aligned_range - 1) / aligned_range);
   }
 
   // One int32 slab of M x N per K range.
-  static size_t partial_bytes(const ScaledMmSm80Params& p) {
-    return size_t(slabs(p)) * size_t(p.m) * size_t(p.n) * sizeof(int32_t);
+  static size_t partial_bytes(const ScaledMmSm80Params& p, int slices) {
+    return size_t(slabs(p, slices)) * size_t(p.m) * size_t(p.n) * sizeof(int32_t);
   }
 
-  static typename Kernel::Arguments arguments(const ScaledMmSm80Params& p, int32_t* partials) {
+  static typename Kernel::Arguments arguments(const ScaledMmSm80Params& p, int slices, int32_t* partials) {
     const cutlass::gemm::GemmCoord problem{static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k)};
     const int64_t slab = p.m * p.n;
     // batch_count = the K ranges; A and B are not batched (their batch
     // strides are unused in this mode); slab s of D starts at s * M * N.
-    return typename Kernel::Arguments(cutlass::gemm::GemmUniversalMode::kGemmSplitKParallel, problem, slices(p),
+    return typename Kernel::Arguments(cutlass::gemm::GemmUniversalMode::kGemmSplitKParallel, problem, slices,
                                     typename PartialOp::Params{}, p.a, p.b, /*ptr_C=*/nullptr, partials, 0, 0,
                                     /*batch_stride_C=*/0, slab, p.lda, p.ldb, /*ldc=*/p.n, /*ldd=*/p.n);
   }
@@ -100,7 +99,8 @@ struct ScaledMmSm80SplitKGemm {
 // passed to it.)
 template <class Config, class ElementOut>
 size_t ScaledMmSm80SplitKLauncher<Config, ElementOut>::workspace_size(const ScaledMmSm80Params& params) {
-  return ScaledMmSm80SplitKGemm<Config>::partial_bytes(params);
+  using G = ScaledMmSm80SplitKGemm<Config>;
+  return G::partial_bytes(params, G::slices(params));
 }
 
 template <class Config, class ElementOut>
@@ -109,7 +109,8 @@ void ScaledMmSm80SplitKLauncher<Config, ElementOut>::run(const ScaledMmSm80Param
   using G = ScaledMmSm80SplitKGemm<Config>;
   using Kernel = typename G::Kernel;
   auto* partials = static_cast<int32_t*>(workspace);
-  const auto args = G::arguments(params, partials);
+  const int slices = G::slices(params);
+  const auto args = G::arguments(params, slices, partials);
   throw_if_failed(Kernel::can_implement(args), "can_implement");
   // Launched directly, not through CUTLASS's device adapters: those add their
   // own launch bounds-free Kernel2, and GemmUniversalAdapter would run a
@@ -123,7 +124,7 @@ void ScaledMmSm80SplitKLauncher<Config, ElementOut>::run(const ScaledMmSm80Param
     kernel<<<kernel_params.get_grid_dims(), Kernel::kThreadCount, G::kSharedBytes, stream>>>(kernel_params);
     error = cudaGetLastError();
   }
-  if (error == cudaSuccess) error = split_k_dequant<ElementOut>(params, partials, G::slabs(params), stream);
+  if (error == cudaSuccess) error = split_k_dequant<ElementOut>(params, partials, G::slabs(params, slices), stream);
   if (error != cudaSuccess) throw std::runtime_error(std::string("split-K launch failed: ") + cudaGetErrorString(error));
 }
 
