@@ -9,7 +9,7 @@ check: each case compares its output with w8a8.reference computed on the CPU, pr
 ``ok`` or ``FAIL``, and the script exits 3 if any case failed (1 is the sanitizer's).
 
 Sets (every "small" case is also in "full"):
-  full  - for memcheck and synccheck: every CUTLASS config id, forced through config_id,
+  full  - for memcheck and synccheck: every sm90 and sm80 config entry, named through `config`,
           in bf16 and fp16 with the epilogue variants; the M ladder (swap-AB 128x16 and
           128x64 tiles, pingpong, cooperative); split-K (split_k 2, 3, 4 and the
           heuristic's own split) and stream-K; odd M, N, K within the 16-byte rules;
@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import w8a8  # noqa: E402
-from w8a8 import _extension, backends, reference  # noqa: E402
+from w8a8 import dispatch, reference  # noqa: E402
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 DEV = "cuda"
@@ -116,14 +116,14 @@ def _mm_inputs(m, n, k, per_token=True, per_channel=True, bias="fp32", out_dtype
     return (a, b, sa, sb, bias_t), (a_d, b_d, sa_d, sb_d, bias_d)
 
 
-def _mm_case(name, m, n, k, op="cutlass", config_id=-1, split_k=None, scheduler="auto", out_dtype=BF16,
+def _mm_case(name, m, n, k, op="sm90", config="", split_k=None, scheduler="auto", out_dtype=BF16,
              small=False, **inputs) -> SanitizeCase:
     def run():
         cpu, dev = _mm_inputs(m, n, k, out_dtype=out_dtype, **inputs)
-        if op == "cutlass":
-            out = torch.ops.w8a8.scaled_mm_cutlass.default(*dev, out_dtype, config_id, split_k, scheduler)
-        elif op == "cutlass_sm80":
-            out = torch.ops.w8a8.scaled_mm_cutlass_sm80.default(*dev, out_dtype, config_id)
+        if op == "sm90":
+            out = torch.ops.w8a8.scaled_mm_sm90.default(*dev, out_dtype, config, split_k, scheduler)
+        elif op == "sm80":
+            out = torch.ops.w8a8.scaled_mm_sm80.default(*dev, out_dtype, config)
         elif op == "triton":
             from w8a8 import triton as tk
 
@@ -134,17 +134,16 @@ def _mm_case(name, m, n, k, op="cutlass", config_id=-1, split_k=None, scheduler=
         torch.cuda.synchronize()
         return _ulp_diff(out, reference.scaled_mm(*cpu, out_dtype))
 
-    return SanitizeCase(name, run, small, tma_store=op == "cutlass" and _stores_by_tma(m, n, k, config_id, split_k, scheduler))
+    return SanitizeCase(name, run, small, tma_store=op == "sm90" and _stores_by_tma(m, n, k, config, split_k, scheduler))
 
 
-def _stores_by_tma(m, n, k, config_id, split_k, scheduler) -> bool:
+def _stores_by_tma(m, n, k, config, split_k, scheduler) -> bool:
     """Whether the sm90 op's pick for this call writes its output by TMA (every config but the
     decode kernels: the GEMV and the skinny GEMM)."""
-    names = _extension.cutlass_config_names()
-    if not names or not torch.cuda.is_available():
+    if not dispatch.config_names("sm90") or not torch.cuda.is_available():
         return True  # a dry run: nothing is launched
-    chosen = config_id if config_id >= 0 else w8a8.cutlass_plan(m, n, k, split_k, scheduler)[0]
-    return not names[chosen].startswith(("gemv", "skinny"))
+    chosen = config or torch.ops.w8a8.scaled_mm_sm90_plan(m, n, k, "", split_k, scheduler)[0]
+    return not chosen.startswith(("gemv", "skinny"))
 
 
 def _rows(g, r, k, dtype, pad=0, offset=0, special=True):
@@ -177,7 +176,7 @@ def _quant_case(name, r, k, dtype, backend, static=False, zp=None, pad=0, offset
 
 
 def _linear_case(name, m, k, n, act_quant, small=False) -> SanitizeCase:
-    """W8A8Linear's forward on the single C++ op (CUDA quantizer + CUTLASS) up to 64 tokens."""
+    """W8A8Linear's forward on the single C++ op w8a8::linear_sm90 (CUDA quantizer + GEMM) up to 64 tokens."""
 
     def run():
         g = _gen("linear", m, k, n, act_quant)
@@ -192,27 +191,27 @@ def _linear_case(name, m, k, n, act_quant, small=False) -> SanitizeCase:
         torch.cuda.synchronize()
         return _ulp_diff(out, layer_cpu(x))  # the CPU layer runs the reference
 
-    return SanitizeCase(name, run, small, tma_store=_stores_by_tma(m, n, k, -1, None, "auto"))
+    return SanitizeCase(name, run, small, tma_store=_stores_by_tma(m, n, k, "", None, "auto"))
 
 
 def _empty_cases() -> list[SanitizeCase]:
     def run(m, k):
         def go():
             cpu, dev = _mm_inputs(m, 64, k)
-            out = torch.ops.w8a8.scaled_mm_cutlass.default(*dev, BF16, -1, None, "auto")
+            out = torch.ops.w8a8.scaled_mm_sm90.default(*dev, BF16)
             torch.cuda.synchronize()
             return _ulp_diff(out, reference.scaled_mm(*cpu, BF16))
         return go
 
-    return [SanitizeCase("cutlass_m0", run(0, 128), tma_store=True), SanitizeCase("cutlass_k0", run(5, 0), tma_store=True)]
+    return [SanitizeCase("sm90_m0", run(0, 128), tma_store=True), SanitizeCase("sm90_k0", run(5, 0), tma_store=True)]
 
 
 # --- the case list ---------------------------------------------------------------------------------
 
 
 def _config_names(op) -> list[str]:
-    """The config table of a CUTLASS op: entry i names config_id i."""
-    return list(_extension.cutlass_config_names() if op == "cutlass" else _extension.cutlass_sm80_config_names())
+    """The config table of a GEMM kernel family ("sm90" / "sm80"), by entry name."""
+    return list(dispatch.config_names(op))
 
 
 def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
@@ -220,61 +219,61 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
     (None: a dry run, listing a nominal table)."""
     dry = config_names is None
     # A dry run lists the built tables where the extensions load, else nominal ones.
-    names = config_names or {"cutlass": _config_names("cutlass") or [f"config{i}" for i in range(16)],
-                             "cutlass_sm80": _config_names("cutlass_sm80") or [f"config{i}" for i in range(7)]}
+    names = config_names or {"sm90": _config_names("sm90") or [f"config{i}" for i in range(11)],
+                             "sm80": _config_names("sm80") or [f"config{i}" for i in range(8)]}
     out: list[SanitizeCase] = []
 
-    if "cutlass" in names:
+    if "sm90" in names:
         # Every config bucket, forced: two shapes (odd-ish M, N and K in 16-byte units, a partial
         # last K tile), both output dtypes, every scale / bias layout between them.
-        for cid, cname in enumerate(names["cutlass"]):
-            out.append(_mm_case(f"cutlass_config{cid}_{cname}_small", 17, 136, 272, config_id=cid, small=True))
-            out.append(_mm_case(f"cutlass_config{cid}_{cname}_m37_bf16", 37, 200, 272, config_id=cid))
-            out.append(_mm_case(f"cutlass_config{cid}_{cname}_m300_fp16", 300, 264, 528, config_id=cid, out_dtype=FP16,
+        for cname in names["sm90"]:
+            out.append(_mm_case(f"sm90_{cname}_small", 17, 136, 272, config=cname, small=True))
+            out.append(_mm_case(f"sm90_{cname}_m37_bf16", 37, 200, 272, config=cname))
+            out.append(_mm_case(f"sm90_{cname}_m300_fp16", 300, 264, 528, config=cname, out_dtype=FP16,
                                 per_token=False, bias="out"))
-            out.append(_mm_case(f"cutlass_config{cid}_{cname}_m129_per_tensor", 129, 136, 400, config_id=cid,
+            out.append(_mm_case(f"sm90_{cname}_m129_per_tensor", 129, 136, 400, config=cname,
                                 per_channel=False, bias=None))
-        # The M ladder of the heuristic (config_id -1): swap-AB 128x16 up to 64 tokens, 64x128
+        # The M ladder of the heuristic (config ""): swap-AB 128x16 up to 64 tokens, 64x128
         # pingpong to 128, swap-AB 128x64 or 128x128 pingpong to 256 by N, 128x128 to 512, then 128x256.
         for m, n in ((1, 256), (16, 256), (33, 520), (64, 256), (65, 256), (128, 264), (200, 2048), (200, 4104),
                      (300, 256), (513, 264), (1000, 512)):
-            out.append(_mm_case(f"cutlass_ladder_m{m}_n{n}", m, n, 528, small=m in (1, 200)))
+            out.append(_mm_case(f"sm90_ladder_m{m}_n{n}", m, n, 528, small=m in (1, 200)))
         # K decompositions: explicit split-K on each split-capable config, stream-K, and the heuristic's split.
         for m in (3, 100, 300):
             for split in (2, 3, 4):
-                out.append(_mm_case(f"cutlass_split_k{split}_m{m}", m, 264, 1040, split_k=split, small=split == 4))
+                out.append(_mm_case(f"sm90_split_k{split}_m{m}", m, 264, 1040, split_k=split, small=split == 4))
         for m in (1, 200, 600):
-            out.append(_mm_case(f"cutlass_streamk_m{m}", m, 264, 1040, scheduler="streamk", small=m == 1))
-        out.append(_mm_case("cutlass_persistent_m1", 1, 264, 1040, scheduler="persistent"))
-        out.append(_mm_case("cutlass_heuristic_split_m1_k8192", 1, 1024, 8192, small=True))
-        # The GEMV's own picks (config_id -1, M <= 4): each token tile, a K that ends mid-step.
+            out.append(_mm_case(f"sm90_streamk_m{m}", m, 264, 1040, scheduler="streamk", small=m == 1))
+        out.append(_mm_case("sm90_persistent_m1", 1, 264, 1040, scheduler="persistent"))
+        out.append(_mm_case("sm90_heuristic_split_m1_k8192", 1, 1024, 8192, small=True))
+        # The GEMV's own picks (config "", M <= 4): each token tile, a K that ends mid-step.
         for m in (1, 2, 3, 4):
-            out.append(_mm_case(f"cutlass_gemv_m{m}", m, 264, 1040 + 16 * m, small=m == 3))
+            out.append(_mm_case(f"sm90_gemv_m{m}", m, 264, 1040 + 16 * m, small=m == 3))
         # The skinny GEMM's picks (M = 5..16): one and two token halves, N ending inside a 16-row
         # group, K ending mid-step.
         for m in (5, 9, 16):
-            out.append(_mm_case(f"cutlass_skinny_m{m}", m, 264, 1040 + 16 * m, small=m == 9))
+            out.append(_mm_case(f"sm90_skinny_m{m}", m, 264, 1040 + 16 * m, small=m == 9))
         # Odd M, N, K within the 16-byte rules (N % 8, K % 16).
         for m, n, k in ((1, 8, 16), (3, 24, 48), (7, 40, 80), (63, 8, 16), (129, 24, 1008), (257, 136, 48)):
-            out.append(_mm_case(f"cutlass_odd_m{m}_n{n}_k{k}", m, n, k))
+            out.append(_mm_case(f"sm90_odd_m{m}_n{n}_k{k}", m, n, k))
         # Row-strided operands (the binding reads strides, never rebuilds them) and one row of odd pitch.
-        out.append(_mm_case("cutlass_row_strided_m33", 33, 256, 512, a_pad=32, b_pad=16, small=True))
-        out.append(_mm_case("cutlass_row_strided_m300", 300, 256, 512, a_pad=64))
-        out.append(_mm_case("cutlass_one_row_odd_pitch", 1, 256, 512, a_pad=5))
+        out.append(_mm_case("sm90_row_strided_m33", 33, 256, 512, a_pad=32, b_pad=16, small=True))
+        out.append(_mm_case("sm90_row_strided_m300", 300, 256, 512, a_pad=64))
+        out.append(_mm_case("sm90_one_row_odd_pitch", 1, 256, 512, a_pad=5))
         out.extend(_empty_cases())
         # W8A8Linear's single op: CUDA quantizer then CUTLASS, dynamic and static.
-        out.append(_linear_case("linear_cutlass_dynamic_m4", 4, 512, 256, "dynamic", small=True))
-        out.append(_linear_case("linear_cutlass_static_m17", 17, 512, 256, "static"))
+        out.append(_linear_case("linear_sm90_dynamic_m4", 4, 512, 256, "dynamic", small=True))
+        out.append(_linear_case("linear_sm90_static_m17", 17, 512, 256, "static"))
 
-    if "cutlass_sm80" in names:
-        for cid, cname in enumerate(names["cutlass_sm80"]):
-            out.append(_mm_case(f"sm80_config{cid}_{cname}_small", 17, 136, 272, op="cutlass_sm80", config_id=cid, small=True))
-            out.append(_mm_case(f"sm80_config{cid}_{cname}_m300_fp16", 300, 264, 528, op="cutlass_sm80", config_id=cid,
+    if "sm80" in names:
+        for cname in names["sm80"]:
+            out.append(_mm_case(f"sm80_{cname}_small", 17, 136, 272, op="sm80", config=cname, small=True))
+            out.append(_mm_case(f"sm80_{cname}_m300_fp16", 300, 264, 528, op="sm80", config=cname,
                                 out_dtype=FP16, per_token=False, bias="out"))
         for m in (1, 65, 1000):
-            out.append(_mm_case(f"sm80_ladder_m{m}", m, 264, 1040, op="cutlass_sm80"))
+            out.append(_mm_case(f"sm80_ladder_m{m}", m, 264, 1040, op="sm80"))
 
-    if dry or backends.unavailable_reason("cuda", torch.device(DEV), "quantize_per_token") is None:
+    if dry or dispatch.unavailable_reason("quantize_per_token", "cuda", torch.device(DEV)) is None:
         # The CUDA quantizers: warp per row (K <= 1024 bf16), block per row (<= 16384), two-pass
         # above; 16-byte vector loads, scalar loads for odd K, misaligned and row-strided rows.
         for k in (1, 7, 100, 1032, 8200, 16392):
@@ -336,11 +335,12 @@ def main(argv: list[str] | None = None) -> int:
             print("sanitize_cases: no CUDA device (use --dry-run to check the script without one)")
             return 2
         config_names = {}
-        for op in ("cutlass", "cutlass_sm80"):
-            if op in backends.BACKENDS and backends.unavailable_reason(op, torch.device(DEV)) is None:
+        for op in ("sm90", "sm80"):
+            if dispatch.unavailable_reason("scaled_mm", op, torch.device(DEV)) is None:
                 config_names[op] = _config_names(op)
-        if "cutlass" not in config_names:
-            print(f"sanitize_cases: CUTLASS unavailable ({backends.unavailable_reason('cutlass', torch.device(DEV))}); "
+        if "sm90" not in config_names:
+            print(f"sanitize_cases: sm90 kernels unavailable "
+                  f"({dispatch.unavailable_reason('scaled_mm', 'sm90', torch.device(DEV))}); "
                   "running the other kernels only")
         chosen = cases(config_names)
     chosen = [c for c in chosen if (args.set == "full" or c.small) and (args.only is None or re.search(args.only, c.name))

@@ -4,11 +4,11 @@ The math (stated once, in ``w8a8.reference``)::
 
     out = a_scale * (b_scale^T * (a_q @ b_q^T in int32)) + bias     (epilogue in fp32)
 """
-from w8a8.backends import BACKENDS
+from w8a8.dispatch import BACKENDS
 from w8a8.calibrate import calibrate, llama_mappings, smooth
 from w8a8.checkpoint import CheckpointError, from_pretrained, load_quantized, save_quantized
 from w8a8.linear import W8A8Linear
-from w8a8.ops import cutlass_plan, quantize_per_token, quantize_static, scaled_mm
+from w8a8.ops import linear, quantize_per_token, quantize_static, scaled_mm
 from w8a8.quantize_model import QuantizationReport, quantize_model
 
 __version__ = "0.1.0"
@@ -19,8 +19,8 @@ __all__ = [
     "QuantizationReport",
     "W8A8Linear",
     "calibrate",
-    "cutlass_plan",
     "from_pretrained",
+    "linear",
     "llama_mappings",
     "load_quantized",
     "quantize_model",

@@ -9,7 +9,7 @@ import torch
 
 
 def info() -> None:
-    from w8a8 import __version__, _extension, backends
+    from w8a8 import __version__, dispatch
 
     print(f"w8a8 {__version__}, Python {platform.python_version()}, torch {torch.__version__}")
     try:
@@ -19,27 +19,27 @@ def info() -> None:
     except ImportError:
         print("triton: not installed")
     print(f"CUDA (torch build): {torch.version.cuda or 'none (CPU build)'}")
-    loaded, why = _extension.load()
-    print(f"extension w8a8._C: {why}; CUTLASS archs: {list(_extension.cutlass_archs())}")
+    for module, family in (("_C", "sm90"), ("_C_sm80", "sm80")):
+        print(f"extension w8a8.{module}: {dispatch.load(module)[1]}; {family} kernels for {list(dispatch.archs(family))}")
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             major, minor = torch.cuda.get_device_capability(i)
             print(f"GPU {i}: {torch.cuda.get_device_name(i)}, sm_{major}{minor}")
     else:
         print("GPU: none visible")
-    print(f"TRITON_INTERPRET: {'on' if backends.triton_interpret() else 'off'}")
-    for device, status in backends.report().items():
-        print(f"backends on {device}:")
+    print(f"TRITON_INTERPRET: {'on' if dispatch.triton_interpret() else 'off'}")
+    for device, status in dispatch.report().items():
+        print(f"kernels on {device}:")
         for key, state in status.items():
-            print(f"  {key:22s} {state}")
-        print(f"  default: scaled_mm -> {backends.resolve(None, torch.device(device), 'scaled_mm')}, "
-              f"quantize -> {backends.resolve(None, torch.device(device), 'quantize_per_token')}")
+            print(f"  {key:30s} {state}")
+        chosen = {op: dispatch.choose(op, torch.device(device)) for op in dispatch.BACKENDS}
+        print("  default: " + ", ".join(f"{op} -> {b}" for op, b in chosen.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m w8a8", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="versions, GPU, and which backends are available (and why not)")
+    sub.add_parser("info", help="versions, GPU, and which kernels run where (and why the others do not)")
     demo = sub.add_parser("demo", help="quantize a small transformer-style model, compare and time it")
     demo.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     demo.add_argument("--repeats", type=int, default=5, help="timed forwards per model (median)")

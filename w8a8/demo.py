@@ -9,7 +9,7 @@ import time
 import torch
 from torch import nn
 
-from w8a8 import backends
+from w8a8 import dispatch
 from w8a8.quantize_model import quantize_model
 
 
@@ -97,7 +97,7 @@ def run(device: str | None = None, repeats: int = 5, seed: int = 0) -> dict:
             nn.init.normal_(p, std=p.shape[1] ** -0.5)
     qmodel = copy.deepcopy(model)
     report = quantize_model(qmodel, skip=("lm_head",), progress=True)
-    backend = backends.resolve(None, dev, "scaled_mm")
+    backend = dispatch.choose("scaled_mm", dev)
     x = torch.randn(size.tokens, size.hidden, device=dev, dtype=dtype)
     with torch.inference_mode():
         ref = model(x).float()
@@ -109,7 +109,7 @@ def run(device: str | None = None, repeats: int = 5, seed: int = 0) -> dict:
     print(f"device {dev} ({torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'CPU'}), {dtype}")
     print(f"model: {size.layers} blocks, hidden {size.hidden}, ffn {size.ffn}, {size.tokens} tokens")
     print(report.summary())
-    print(f"scaled_mm backend: {backend}")
+    print(f"scaled_mm kernels: {backend}")
     print(f"output error vs float model: relative L2 {rel_err:.4f}, cosine {cos:.5f}")
     print(f"time per forward (median of {repeats}): float {t_float:.2f} ms, w8a8 {t_int8:.2f} ms "
           f"({t_float / t_int8:.2f}x)")

@@ -1,71 +1,89 @@
-"""The w8a8 ops: schemas, fake (meta) implementations and typed public wrappers.
+"""The w8a8 ops: every schema defined once, the fakes beside them, typed public wrappers.
 
-Each op has one ``torch.library`` op per backend (``w8a8::scaled_mm_reference``,
-``w8a8::scaled_mm_triton``, ``w8a8::scaled_mm_cutlass``...), so a compiled graph
-names the kernel it runs and each backend is ``opcheck``-ed on its own. The
-public functions below validate once (``w8a8.checks``), pick the backend
-(``w8a8.backends``) and call that op. The math is stated in ``w8a8.reference``.
+One public op per operation, each with a CPU implementation (the exact reference) and a
+CUDA implementation (``w8a8.dispatch`` picks the kernel for the operands and calls it):
+
+    w8a8::quantize_per_token(Tensor x) -> (Tensor, Tensor)
+    w8a8::quantize_static(Tensor x, Tensor scale, Tensor? zero_point) -> Tensor
+    w8a8::scaled_mm(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor? bias, ScalarType out_dtype) -> Tensor
+    w8a8::linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias, Tensor? input_scale,
+                 Tensor? input_zero_point) -> Tensor
+
+A traced or exported graph names these, so an exported program runs on whatever device
+it is loaded on. The kernels are ops of their own (``w8a8::scaled_mm_sm90``,
+``scaled_mm_sm80``, ``scaled_mm_triton``, ``quantize_*_cuda``, ``quantize_*_triton``,
+``linear_sm90``), each validating its inputs at its entry with the words of
+``w8a8.validate``; tests and benchmarks reach them through ``backend=``.
+The math is stated in ``w8a8.reference``.
 """
 from __future__ import annotations
 
 import torch
 
-from w8a8 import _extension, backends, checks, reference
+from w8a8 import dispatch, validate
 
 _lib = torch.library.Library("w8a8", "FRAGMENT")
 
-_QUANT_PER_TOKEN = "(Tensor x) -> (Tensor, Tensor)"
-_QUANT_STATIC = "(Tensor x, Tensor scale, Tensor? zero_point) -> Tensor"
-_SCALED_MM = (
-    "(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor? bias, ScalarType out_dtype) -> Tensor"
+_QUANTIZE_PER_TOKEN = "(Tensor x) -> (Tensor, Tensor)"
+_QUANTIZE_STATIC = "(Tensor x, Tensor scale, Tensor? zero_point) -> Tensor"
+_SCALED_MM = "(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor? bias, ScalarType out_dtype) -> Tensor"
+_LINEAR = (
+    "(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias, Tensor? input_scale, "
+    "Tensor? input_zero_point) -> Tensor"
 )
+# The public ops, and the Triton kernels (Python-defined); the compiled kernels' schemas
+# are in csrc/torch/.
+for _suffix in ("", "_triton"):
+    _lib.define(f"quantize_per_token{_suffix}{_QUANTIZE_PER_TOKEN}")
+    _lib.define(f"quantize_static{_suffix}{_QUANTIZE_STATIC}")
+    _lib.define(f"scaled_mm{_suffix}{_SCALED_MM}")
+_lib.define(f"linear{_LINEAR}")
 
-# The Python-defined backends. The CUTLASS op is defined in C++ (csrc/torch_bindings.cpp).
-_PY_BACKENDS = ("reference", "triton")
-for _b in _PY_BACKENDS:
-    _lib.define(f"quantize_per_token_{_b}{_QUANT_PER_TOKEN}")
-    _lib.define(f"quantize_static_{_b}{_QUANT_STATIC}")
-    _lib.define(f"scaled_mm_{_b}{_SCALED_MM}")
 
-
-# --- fakes: the output shapes, stated once and shared by every backend ---------------------
+# --- fakes: output shapes, stated once, shared by each op and its kernels ------------------
+# No checks here: each implementation validates its inputs.
 
 
 def _fake_quantize_per_token(x):
-    return torch.empty_like(x, dtype=torch.int8, memory_format=torch.contiguous_format), x.new_empty(
-        (*x.shape[:-1], 1), dtype=torch.float32
-    )
+    q = torch.empty_like(x, dtype=torch.int8, memory_format=torch.contiguous_format)
+    return q, x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
 
 
 def _fake_quantize_static(x, scale, zero_point):
     return torch.empty_like(x, dtype=torch.int8, memory_format=torch.contiguous_format)
 
 
-def _fake_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype, config_id=-1, split_k=None, scheduler="auto"):
+def _fake_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype, config="", split_k=None, scheduler="auto"):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
 
 
-for _b in _PY_BACKENDS:
-    torch.library.register_fake(f"w8a8::quantize_per_token_{_b}", _fake_quantize_per_token)
-    torch.library.register_fake(f"w8a8::quantize_static_{_b}", _fake_quantize_static)
-    torch.library.register_fake(f"w8a8::scaled_mm_{_b}", _fake_scaled_mm)
-
-# The compiled ops (csrc/*_bindings.cpp) get their fakes here, beside the others.
-if _extension.load()[0]:
-    torch.library.register_fake("w8a8::scaled_mm_cutlass", _fake_scaled_mm)
-    torch.library.register_fake("w8a8::quantize_per_token_cuda", _fake_quantize_per_token)
-    torch.library.register_fake("w8a8::quantize_static_cuda", _fake_quantize_static)
-
-    @torch.library.register_fake("w8a8::linear_cutlass")
-    def _fake_linear_cutlass(x, weight, weight_scale, bias, input_scale, split_k=None, scheduler="auto"):
-        return x.new_empty((*x.shape[:-1], weight.shape[0]))
+def _fake_linear(x, weight, weight_scale, bias, input_scale, input_zero_point):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-if _extension.load("_C_sm80")[0]:
-    torch.library.register_fake("w8a8::scaled_mm_cutlass_sm80", _fake_scaled_mm)
+_FAKES = {
+    "quantize_per_token": _fake_quantize_per_token,
+    "quantize_static": _fake_quantize_static,
+    "scaled_mm": _fake_scaled_mm,
+    "linear": _fake_linear,
+}
+for _name, _fake in _FAKES.items():
+    torch.library.register_fake(f"w8a8::{_name}", _fake)
+    if _name != "linear":
+        torch.library.register_fake(f"w8a8::{_name}_triton", _fake)
+if dispatch.load("_C")[0]:
+    for _name in ("scaled_mm_sm90", "quantize_per_token_cuda", "quantize_static_cuda", "linear_sm90"):
+        torch.library.register_fake(f"w8a8::{_name}", _FAKES[_name.rsplit("_", 1)[0]])
+if dispatch.load("_C_sm80")[0]:
+    torch.library.register_fake("w8a8::scaled_mm_sm80", _fake_scaled_mm)
 
 
-# --- implementations ----------------------------------------------------------------------
+# --- implementations --------------------------------------------------------------------
+
+
+def _reference_linear(x, weight, weight_scale, bias, input_scale, input_zero_point):
+    return dispatch.linear_composed(x, weight, weight_scale, bias, input_scale, input_zero_point,
+                                    mm_backend="reference", quant_backend="reference")
 
 
 def _triton():
@@ -75,33 +93,54 @@ def _triton():
     return triton_kernels
 
 
-for _key in ("CPU", "CUDA"):
-    _lib.impl("quantize_per_token_reference", reference.quantize_per_token, _key)
-    _lib.impl("quantize_static_reference", reference.quantize_static, _key)
-    _lib.impl("scaled_mm_reference", reference.scaled_mm, _key)
-    _lib.impl("quantize_per_token_triton", lambda x: _triton().quantize_per_token(x), _key)
-    _lib.impl("quantize_static_triton", lambda x, s, zp: _triton().quantize_static(x, s, zp), _key)
-    _lib.impl(
-        "scaled_mm_triton",
-        lambda a, b, sa, sb, bias, dt: _triton().scaled_mm(a, b, sa, sb, bias, dt),
-        _key,
-    )
+def _triton_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype):
+    validate.scaled_mm(a, b, a_scale, b_scale, bias, out_dtype)
+    return _triton().scaled_mm(a, b, a_scale, b_scale, bias, out_dtype)
 
 
-# --- public wrappers ----------------------------------------------------------------------
+def _triton_quantize_per_token(x):
+    validate.quantize_per_token(x)
+    return _triton().quantize_per_token(x)
 
 
-def _op(name: str, backend: str):
-    return getattr(torch.ops.w8a8, f"{name}_{backend}").default
+def _triton_quantize_static(x, scale, zero_point):
+    validate.quantize_static(x, scale, zero_point)
+    return _triton().quantize_static(x, scale, zero_point)
+
+
+_lib.impl("quantize_per_token", dispatch.kernel("quantize_per_token", "reference"), "CPU")
+_lib.impl("quantize_static", dispatch.kernel("quantize_static", "reference"), "CPU")
+_lib.impl("scaled_mm", dispatch.kernel("scaled_mm", "reference"), "CPU")
+_lib.impl("linear", _reference_linear, "CPU")
+_lib.impl("quantize_per_token", lambda x: dispatch.quantize_kernel("quantize_per_token", x)(x), "CUDA")
+_lib.impl("quantize_static", lambda x, s, zp: dispatch.quantize_kernel("quantize_static", x)(x, s, zp), "CUDA")
+_lib.impl(
+    "scaled_mm",
+    lambda a, b, sa, sb, bias, dt: dispatch.scaled_mm_kernel(a, b, dt)(a, b, sa, sb, bias, dt),
+    "CUDA",
+)
+_lib.impl(
+    "linear",
+    lambda x, w, ws, bias, s, zp: dispatch.linear_kernel(x, w)(x, w, ws, bias, s, zp),
+    "CUDA",
+)
+for _key in ("CPU", "CUDA"):  # CPU: Triton's interpreter (tests)
+    _lib.impl("quantize_per_token_triton", _triton_quantize_per_token, _key)
+    _lib.impl("quantize_static_triton", _triton_quantize_static, _key)
+    _lib.impl("scaled_mm_triton", _triton_scaled_mm, _key)
+
+
+# --- public wrappers -----------------------------------------------------------------------
 
 
 def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-token (per-row) int8 quantization.
+    """Symmetric per-token (per-row) int8 quantization: ``w8a8::quantize_per_token``.
 
     Parameters
     ----------
-    x : Tensor [..., K], float16 / bfloat16 / float32, any device.
-    backend : ``"cuda"``, ``"triton"``, ``"reference"`` or None (the fastest available).
+    x : Tensor [..., K], float16 / bfloat16 / float32, unit stride along K, K >= 1.
+    backend : None (the op: the device's fastest kernel), or ``"triton"``, ``"cuda"``,
+        ``"reference"`` to run that kernel (tests, benchmarks).
 
     Returns
     -------
@@ -111,36 +150,31 @@ def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[tor
         An all-zero row gives q = 0, scale = 0. A row holding Inf or NaN gives
         q = 0 and scale = NaN, so that row of any product is NaN downstream.
     """
-    checks.check_quantize_per_token(x)
-    chosen = backends.resolve(backend, x.device, "quantize_per_token")
-    checks.check_quantize_layout("quantize_per_token", x, chosen)
-    return _op("quantize_per_token", chosen)(x)
+    if backend is None:
+        return torch.ops.w8a8.quantize_per_token.default(x)
+    return dispatch.quantize_kernel("quantize_per_token", x, backend)(x)
 
 
 def quantize_static(
-    x: torch.Tensor,
-    scale: torch.Tensor,
-    zero_point: torch.Tensor | None = None,
-    backend: str | None = None,
+    x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None = None, backend: str | None = None
 ) -> torch.Tensor:
-    """Per-tensor static int8 quantization with a calibrated scale.
+    """Per-tensor static int8 quantization with a calibrated scale: ``w8a8::quantize_static``.
 
     Parameters
     ----------
-    x : Tensor [..., K], float16 / bfloat16 / float32.
-    scale : Tensor [1], float32, on x's device (read on the device: no host sync).
-    zero_point : optional Tensor [1], int8 or int32: for asymmetric activations.
-    backend : ``"cuda"``, ``"triton"``, ``"reference"`` or None.
+    x : Tensor [..., K], float16 / bfloat16 / float32, unit stride along K.
+    scale : Tensor of one float32 value, on x's device (read on the device: no host sync).
+    zero_point : optional Tensor of one int8 or int32 value: for asymmetric activations.
+    backend : as for ``quantize_per_token``.
 
     Returns
     -------
     q : Tensor [..., K], int8. ``q = clamp(rint(x / scale) + zero_point, -128, 127)``;
         +-Inf saturate, NaN becomes ``zero_point`` (int8 cannot carry it).
     """
-    checks.check_quantize_static(x, scale, zero_point)
-    chosen = backends.resolve(backend, x.device, "quantize_static")
-    checks.check_quantize_layout("quantize_static", x, chosen)
-    return _op("quantize_static", chosen)(x, scale, zero_point)
+    if backend is None:
+        return torch.ops.w8a8.quantize_static.default(x, scale, zero_point)
+    return dispatch.quantize_kernel("quantize_static", x, backend)(x, scale, zero_point)
 
 
 def scaled_mm(
@@ -151,70 +185,61 @@ def scaled_mm(
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.bfloat16,
     backend: str | None = None,
-    split_k: int | None = None,
-    scheduler: str = "auto",
 ) -> torch.Tensor:
-    """int8 x int8 matmul with a fused dequantization epilogue.
+    """int8 x int8 matmul with a fused dequantization epilogue: ``w8a8::scaled_mm``.
 
-    ``out = a_scale * (b_scale^T * (a @ b^T)) + bias``: the product is exact in
-    int32, the epilogue runs in float32 and is rounded once to ``out_dtype``.
+    ``out = a_scale * (b_scale^T * (a @ b^T)) + bias``: the product is exact in int32,
+    the epilogue runs in float32 and is rounded once to ``out_dtype``.
 
     Parameters
     ----------
     a : Tensor [M, K], int8, unit stride along K (row stride free).
     b : Tensor [N, K], int8: the ``nn.Linear`` weight layout (no transpose).
-    a_scale : Tensor [M, 1] (per token) or [1] (per tensor), float32.
-    b_scale : Tensor [N], [N, 1] (per channel) or [1], float32.
+    a_scale : float32, 1 value (per tensor) or M values ([M, 1], per token), contiguous.
+    b_scale : float32, 1 value or N values ([N] or [N, 1], per channel), contiguous.
     bias : optional Tensor [N], float32 or ``out_dtype``.
-    out_dtype : torch.bfloat16 or torch.float16 (float32 too on the Triton and reference backends).
-    backend : ``"cutlass"`` (the device's CUTLASS kernels: sm90 on compute capability 9.0,
-        sm80 on 8.x), ``"cutlass_sm80"`` (the sm80 mma.sync kernels on any device that runs
-        them, an H100 included), ``"triton"``, ``"reference"`` or None (the fastest that
-        can take these tensors; a fallback on a CUDA device is warned about once).
-    split_k : how many ways the CUTLASS kernel splits K. None: a heuristic
-        (splits only small-M, long-K shapes that launch fewer tiles than SMs;
-        ``docs/SPLIT_K.md``); 1: never; n > 1: n splits (at most one per
-        128-wide K tile). Partial sums are int32, so every split count gives
-        the same bits.
-    scheduler : ``"auto"`` (the heuristic, honouring split_k), ``"persistent"``
-        (data-parallel, no split) or ``"streamk"`` (CUTLASS's stream-K
-        decomposition). split_k and scheduler steer only the CUTLASS kernel:
-        naming another backend with a split is an error (the sm80 kernels
-        are data-parallel: they never split K); with
-        ``backend=None`` on a device without the sm90 kernels they are ignored.
+    out_dtype : torch.bfloat16, torch.float16 or torch.float32.
+    backend : None (the op: the device's fastest kernel that takes these operands;
+        a fallback on a GPU is warned once), or ``"sm90"``, ``"sm80"``, ``"triton"``,
+        ``"reference"`` to run that kernel (tests, benchmarks; raises if unavailable).
 
     Returns
     -------
     out : Tensor [M, N], row-major, ``out_dtype``, on a's device.
     """
-    checks.check_tensor("scaled_mm", "a", a)
-    chosen = backends.resolve(backend, a.device, "scaled_mm")
-    if backend is None and chosen == "cutlass":
-        reason = checks.cutlass_operand_reason(a, b, out_dtype)
-        if reason is not None:
-            chosen = backends.fallback_for_shape("scaled_mm", a.device, reason)
-    checks.check_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype, chosen)
-    if chosen == "cutlass" and backends.cutlass_kernel_family(a.device) == "sm80":
-        chosen = "cutlass_sm80"  # the device's own CUTLASS kernels are the sm80 ones
-        if backend is None:
-            split_k, scheduler = None, "auto"  # steer only the sm90 kernels; ignored like on Triton
-    checks.check_split("scaled_mm", split_k, scheduler, backend if chosen != "cutlass_sm80" else chosen, k=a.shape[1])
-    if chosen == "cutlass":
-        return torch.ops.w8a8.scaled_mm_cutlass.default(a, b, a_scale, b_scale, bias, out_dtype, -1, split_k, scheduler)
-    if chosen == "cutlass_sm80":
-        return torch.ops.w8a8.scaled_mm_cutlass_sm80.default(a, b, a_scale, b_scale, bias, out_dtype, -1)
-    return _op("scaled_mm", chosen)(a, b, a_scale, b_scale, bias, out_dtype)
+    if backend is None:
+        return torch.ops.w8a8.scaled_mm.default(a, b, a_scale, b_scale, bias, out_dtype)
+    return dispatch.scaled_mm_kernel(a, b, out_dtype, backend)(a, b, a_scale, b_scale, bias, out_dtype)
 
 
-def cutlass_plan(m: int, n: int, k: int, split_k: int | None = None, scheduler: str = "auto", config_id: int = -1):
-    """What ``scaled_mm(..., backend="cutlass")`` runs for an [M, K] x [N, K] product on
-    the current CUDA device: ``(config_id, decomposition, splits)``, with decomposition one
-    of ``"data_parallel"``, ``"split_k"``, ``"stream_k"`` or ``"heuristic"`` (CUTLASS's own
-    stream-K choice). Raises as the op would for values it refuses."""
-    checks.check_split("cutlass_plan", split_k, scheduler, "cutlass", k=k)
-    reason = backends.unavailable_reason("cutlass", torch.device("cuda"), "scaled_mm") if torch.cuda.is_available() else "no CUDA device"
-    if reason is not None:
-        raise RuntimeError(f"w8a8.cutlass_plan: backend='cutlass' is not available: {reason}")
-    config, decomposition, splits = torch.ops.w8a8.scaled_mm_cutlass_plan(m, n, k, config_id, split_k, scheduler)
-    return int(config), str(decomposition), int(splits)
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    input_scale: torch.Tensor | None = None,
+    input_zero_point: torch.Tensor | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """A W8A8 linear layer's forward: ``w8a8::linear``, defined as ::
 
+        q, s = quantize_per_token(x)                                  (input_scale None)
+        q, s = quantize_static(x, input_scale, input_zero_point), input_scale   (else)
+        out  = scaled_mm(q, weight, s, weight_scale, bias, x.dtype)
+
+    with x flattened to [-1, K] and the output shaped [..., N]. ``bias`` is added as
+    given: with a zero point, pass the folded bias (``W8A8Linear.folded_bias``).
+
+    Parameters
+    ----------
+    x : Tensor [..., K], float16 / bfloat16 / float32 (the output dtype), any strides.
+    weight : Tensor [N, K], int8, unit stride along K.
+    weight_scale : float32, 1 or N values. bias : optional [N], float32 or x's dtype.
+    input_scale : None (dynamic per-token activations) or one float32 value (static).
+    input_zero_point : None or one int8 / int32 value (static, asymmetric).
+    backend : None (the op), or a scaled_mm kernel name (see ``scaled_mm``).
+    """
+    if backend is None:
+        return torch.ops.w8a8.linear.default(x, weight, weight_scale, bias, input_scale, input_zero_point)
+    impl = dispatch.linear_kernel(x, weight, backend)
+    return impl(x, weight, weight_scale, bias, input_scale, input_zero_point)

@@ -2,9 +2,9 @@
 
 Three suites on one harness (``harness.py``): ``scaled_mm`` (the kernel, int8
 activations in), ``linear`` (``W8A8Linear`` end to end, quantization
-included) and ``split_k`` (the CUTLASS K decompositions on small-M, long-K
+included) and ``split_k`` (the sm90 kernels' K decompositions on small-M, long-K
 shapes, its own grid unless ``--shapes``/``--m`` are given; CUDA only) and ``sm80``
-(the Ampere kernels forced on this GPU over M = 1..512: the ladder's continuity). Results go to ``OUT/<suite>_<tag>.json`` and ``.csv``;
+(the Ampere kernels named on this GPU over M = 1..512: the ladder's continuity). Results go to ``OUT/<suite>_<tag>.json`` and ``.csv``;
 ``python -m w8a8.bench.report`` turns committed results into docs/PERFORMANCE.md.
 """
 from __future__ import annotations
@@ -41,24 +41,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="NxK,NxK,... (default: Llama-3 8B/70B; the split_k suite: its own decode grid)")
     p.add_argument("--m", type=_ints, default=None, help="token counts M (default: 1,16,...,8192; split_k: 1..128)")
     p.add_argument("--backends", default=None,
-                   help="comma list of cutlass, cutlass_sm80, triton, reference, int_mm (default: what runs on the device)")
+                   help="comma list of sm90, sm80, triton, reference, int_mm (default: what runs on the device)")
     p.add_argument("--suites", default=",".join(DEFAULT_SUITES), help=f"comma list of {', '.join(SUITES)}")
     p.add_argument("--sweep", action="store_true",
                    help="split_k suite: also every split of both decode tiles; sm80 suite: every config at every M")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
-    p.add_argument("--config-ids", type=_ints, default=[-1], help="CUTLASS configs to time (-1: the heuristic)")
+    p.add_argument("--configs", default="", help="scaled_mm suite: comma list of sm90 config names to time beside "
+                   "the heuristic (python -m w8a8 info lists them)")
     p.add_argument("--out", default=None, help="folder for <suite>_<tag>.json/.csv (default: print only)")
     p.add_argument("--tag", default=None, help="file name tag (default: h100 / h200 / cpu ... from the device)")
 
 
 def _default_backends(device: torch.device) -> list[str]:
-    from w8a8 import backends
+    from w8a8 import dispatch
 
     if device.type != "cuda":
         return ["reference"]
     from w8a8.bench.scaled_mm import INT_MM
 
-    return [INT_MM] + [b for b in ("cutlass", "triton") if backends.unavailable_reason(b, device) is None]
+    best = dispatch.choose("scaled_mm", device)
+    return [INT_MM] + [b for b in dict.fromkeys((best, "triton")) if b != "reference"]
 
 
 def _tag(device: torch.device) -> str:
@@ -72,21 +74,21 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
     """Run the requested suites; returns {suite: rows} and writes files when ``args.out`` is set."""
     from tqdm.auto import tqdm
 
-    from w8a8 import backends as backends_mod
+    from w8a8 import dispatch
     from w8a8.bench import harness, linear, scaled_mm, sm80, split_k
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     chosen = args.backends.split(",") if args.backends else _default_backends(device)
     for b in chosen:
-        why = None if b == scaled_mm.INT_MM else backends_mod.unavailable_reason(b, device)
+        why = None if b == scaled_mm.INT_MM else dispatch.unavailable_reason("scaled_mm", b, device)
         if why is not None:
             raise SystemExit(f"w8a8 bench: backend {b!r} cannot run on {device}: {why}")
     suites = args.suites.split(",")
     unknown = set(suites) - set(SUITES)
     if unknown:
         raise SystemExit(f"w8a8 bench: unknown suites {sorted(unknown)}; expected {SUITES}")
-    for suite, backend in (("split_k", "cutlass"), ("sm80", "cutlass_sm80")):
-        why = backends_mod.unavailable_reason(backend, device)
+    for suite, backend in (("split_k", "sm90"), ("sm80", "sm80")):
+        why = dispatch.unavailable_reason("scaled_mm", backend, device)
         if suite in suites and why is not None:
             raise SystemExit(f"w8a8 bench: the {suite} suite needs the {backend} backend: {why}")
     ceilings = harness.measure_ceilings(device)
@@ -104,7 +106,7 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
             if suite == "sm80":
                 rows += sm80.bench_shape(n, k, m, ceilings, device, sweep=getattr(args, "sweep", False))
             elif suite == "scaled_mm":
-                rows += scaled_mm.bench_shape(m, n, k, chosen, ceilings, device, args.config_ids)
+                rows += scaled_mm.bench_shape(m, n, k, chosen, ceilings, device, [c for c in args.configs.split(",") if c])
             elif suite == "split_k":
                 rows += split_k.bench_shape(m, n, k, ceilings, device, sweep=getattr(args, "sweep", False))
             else:

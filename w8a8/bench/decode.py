@@ -3,8 +3,8 @@
     python benchmarks/bench_decode.py --out benchmarks/results/decode_h100.json
 
 * host time per layer call at M = 1 (4096 x 4096): bf16 ``nn.Linear``, ``W8A8Linear``
-  (the single C++ op on sm90), ``W8A8Linear.forward_composed`` (quantize and
-  scaled_mm as separate, Python-validated ops) and the raw ops. Measured as the wall
+  (the public op ``w8a8::linear``, which runs the single C++ op on sm90), the composed
+  path (quantize and scaled_mm as separate kernels) and the kernel ops themselves. Measured as the wall
   time of issuing CALLS calls back to back behind a GPU sleep (so the GPU never
   drains the queue and the host alone sets the pace; CALLS x launches stays below the
   launch queue's depth), median of REPEATS.
@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 import w8a8
+from w8a8 import dispatch
 from w8a8.bench import harness
 from w8a8.demo import GPU_SIZE, TinyDecoder
 
@@ -85,15 +86,16 @@ def host_rows() -> list[dict]:
     with torch.inference_mode():
         q, s = torch.ops.w8a8.quantize_per_token_cuda(x)
         ops = torch.ops.w8a8
+        args = (x, layer.weight, layer.weight_scale, None, None, None)
         for name, fn in (("bf16 nn.Linear", lambda: lin(x)),
                          ("bf16 F.linear", lambda: torch.nn.functional.linear(x, lin.weight)),
                          ("W8A8Linear", lambda: layer(x)),
-                         ("W8A8Linear.forward_composed", lambda: layer.forward_composed(x)),
-                         ("op linear_cutlass", lambda: ops.linear_cutlass(x, layer.weight, layer.weight_scale,
-                                                                          None, None)),
+                         ("op linear", lambda: ops.linear(*args)),
+                         ("composed (quantize + scaled_mm)", lambda: dispatch.linear_composed(*args)),
+                         ("op linear_sm90", lambda: ops.linear_sm90(*args)),
                          ("op quantize_per_token_cuda", lambda: ops.quantize_per_token_cuda(x)),
-                         ("op scaled_mm_cutlass", lambda: ops.scaled_mm_cutlass(q, layer.weight, s, layer.weight_scale,
-                                                                                None, torch.bfloat16))):
+                         ("op scaled_mm_sm90", lambda: ops.scaled_mm_sm90(q, layer.weight, s, layer.weight_scale,
+                                                                          None, torch.bfloat16))):
             rows.append({"what": "host time per call", "impl": name, "M": 1, "N": 4096, "K": 4096,
                          "us": round(host_us_per_call(fn), 2)})
     base = rows[0]["us"]

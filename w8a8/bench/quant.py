@@ -37,9 +37,9 @@ def candidates(k: int) -> list[quant.PerTokenConfig]:
 
 
 def _cuda_quantizer_available() -> bool:
-    from w8a8 import backends
+    from w8a8 import dispatch
 
-    return backends.unavailable_reason("cuda", torch.device("cuda"), "quantize_per_token") is None
+    return dispatch.unavailable_reason("quantize_per_token", "cuda", torch.device("cuda")) is None
 
 
 def main(argv=None) -> int:
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
             moved = 2 * m * k + m * k + 4 * m
             if _cuda_quantizer_available():
                 t = harness.time_graph([lambda: torch.ops.w8a8.quantize_per_token_cuda(x)] * 8, replays=20)
-                rows.append({"op": "quantize_per_token cuda", "M": m, "K": k, "config": "csrc/quantize.cu",
+                rows.append({"op": "quantize_per_token cuda", "M": m, "K": k, "config": "csrc/quantize/quantize.cu",
                              "heuristic": True, "us": round(t.us, 3), "gbps": round(moved / t.us / 1e3, 1),
                              "pct_hbm": round(100 * moved / (t.us * 1e-6) / ceilings["hbm_bytes_per_s"], 1)})
                 r = rows[-1]

@@ -69,7 +69,7 @@ def bf16_row(ops: Operands, m: int, n: int, k: int, ceilings: dict, device) -> t
 
 
 def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, device="cuda",
-                config_ids=(-1,)) -> list[dict]:
+                configs=()) -> list[dict]:
     """Rows for one (M, N, K): bf16 F.linear first, then each requested implementation."""
     ops = operands(m, n, k, device)
     n_sets, w_q, w_s, a_q, a_s, int8_bytes = ops.n_sets, ops.w_q, ops.w_s, ops.a_q, ops.a_s, ops.int8_bytes
@@ -83,13 +83,13 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, dev
             t = harness.time_calls([lambda i=i, f=fn: f(a_q, w_q[i], a_s, w_s[i]) for i in range(n_sets)], device)
             rows.append(harness.gemm_row(f"torch._int_mm + dequant ({name})", m, n, k, t, int8_bytes, ceilings, bf16_us))
     for backend in (b for b in backends if b != INT_MM):
-        for cid in config_ids if backend == "cutlass" else (-1,):
-            if cid == -1:
+        for config in [""] + (list(configs) if backend == "sm90" else []):
+            if not config:
                 fn = lambda i, b=backend: w8a8.scaled_mm(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16, backend=b)
                 name = f"w8a8 {backend}"
             else:
-                fn = lambda i, c=cid: torch.ops.w8a8.scaled_mm_cutlass(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16, c)
-                name = f"w8a8 cutlass config {cid}"
+                fn = lambda i, c=config: torch.ops.w8a8.scaled_mm_sm90(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16, c)
+                name = f"w8a8 sm90 config {config}"
             t = harness.time_calls([lambda i=i, f=fn: f(i) for i in range(n_sets)], device)
             rows.append(harness.gemm_row(name, m, n, k, t, int8_bytes, ceilings, bf16_us))
     return rows

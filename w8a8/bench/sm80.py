@@ -1,30 +1,29 @@
 """The sm80 (mma.sync) CUTLASS kernels over M = 1..512, forced on this GPU.
 
-On an H100 these rows time ``backend="cutlass_sm80"`` (sm_90 SASS of the Ampere
-kernels): they test the config ladder's continuity and give the kernels' rate on
-this board; they are not A100 / L40 figures (docs/SM80.md predicts those from
-the datasheets).
+On an H100 these rows time ``backend="sm80"`` (sm_90 SASS of the Ampere kernels):
+they test the config ladder's continuity and give the kernels' rate on this board;
+they are not A100 / L40 figures.
 
 Rows (int8 activations in, bf16 out, per-token x per-channel scales, weights rotated
 past L2 as in the other suites):
-  * ``cutlass_sm80``            - the ladder's config (``config`` names it), every M;
-    ``x_prev`` = time at M-1 / time at M (below 1 / JUMP_LIMIT is a jump the issue forbids);
+  * ``sm80``                    - the ladder's config (``config`` names it), every M;
+    ``x_prev`` = time at M-1 / time at M (below 1 / JUMP_LIMIT is a step too large);
   * ``bf16 F.linear``           - the baseline, same run, at BF16_M;
-  * with ``sweep``: ``cutlass_sm80 config C`` for every config, every M (to tune the ladder).
+  * with ``sweep``: ``sm80 <config>`` for every config, every M (to tune the ladder).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from w8a8 import _extension
+from w8a8 import dispatch
 from w8a8.bench import harness
 
 # Llama-3-8B projections: o (4096x4096), qkv (6144x4096), gate_up (28672x4096), down (4096x14336).
 SHAPES = [(4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336)]
 M_VALUES = list(range(1, 513))
 BF16_M = (1, 16, 32, 64, 128, 256, 512)
-# Acceptance of the sm80 issue: time(M) <= 1.3 x time(M - 1) for every M in 1..512.
+# Continuity bar of the ladder: time(M) <= 1.3 x time(M - 1) for every M in 1..512.
 JUMP_LIMIT = 1.3
 PASSES = 3
 
@@ -48,32 +47,31 @@ def bench_shape(n: int, k: int, ms: list[int], ceilings: dict, device="cuda", sw
         bf16_us[m] = t.us
     del w_bf16
 
-    def op(m, i, config_id):
-        return torch.ops.w8a8.scaled_mm_cutlass_sm80(a_q[:m], w_q[i], a_s[:m], w_s[i], None, torch.bfloat16,
-                                                     config_id)
+    def op(m, i, config):
+        return torch.ops.w8a8.scaled_mm_sm80(a_q[:m], w_q[i], a_s[:m], w_s[i], None, torch.bfloat16, config)
 
-    for config_id in [-1] + (list(range(len(_extension.cutlass_sm80_config_names()))) if sweep else []):
-        name = "cutlass_sm80" if config_id < 0 else f"cutlass_sm80 config {config_id}"
+    for config in [""] + (list(dispatch.config_names("sm80")) if sweep else []):
+        name = f"sm80 {config}" if config else "sm80"
         # PASSES sweeps over every M; each M keeps the median of its passes, so a
         # one-off slow graph (seen: single points 30% off their neighbours) is no step.
         timings = {m: [] for m in ms}
         for _ in range(PASSES):
             for m in sorted(ms):
-                timings[m].append(harness.time_calls([lambda i=i: op(m, i, config_id) for i in range(n_sets)],
+                timings[m].append(harness.time_calls([lambda i=i: op(m, i, config) for i in range(n_sets)],
                                                      device, replays=10))
         prev = None
         for m in sorted(ms):
             t = sorted(timings[m], key=lambda x: x.us)[len(timings[m]) // 2]
             row = harness.gemm_row(name, m, n, k, t, m * k + n * k + 2 * m * n + 4 * (m + n), ceilings,
                                    bf16_us.get(m))
-            row["config"] = int(torch.ops.w8a8.scaled_mm_cutlass_sm80_config(m, n, k)) if config_id < 0 else config_id
+            row["config"] = config or str(torch.ops.w8a8.scaled_mm_sm80_plan(m, n, k))
             row["x_prev"] = round(prev / t.us, 3) if prev is not None and m - 1 in ms else None
             prev = t.us
             rows.append(row)
     return rows
 
 
-def worst_jumps(rows: list[dict], impl: str = "cutlass_sm80") -> list[dict]:
+def worst_jumps(rows: list[dict], impl: str = "sm80") -> list[dict]:
     """Per shape, the row with the smallest ``x_prev`` (the largest slowdown from M-1 to M)."""
     worst = {}
     for r in rows:

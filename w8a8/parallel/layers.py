@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from w8a8 import checks, ops, reference
+from w8a8 import dispatch, ops, reference, validate
 from w8a8.linear import W8A8Linear
 
 _COL = "ColumnParallelW8A8Linear"
@@ -168,60 +168,25 @@ class RowParallelW8A8Linear(W8A8Linear):
             y = super().forward(x)
             dist.all_reduce(y, op=dist.ReduceOp.SUM, group=self.group)
             return y
-        checks.check_linear_input(_ROW, x, self.in_features, self.weight)
+        validate.linear(x, self.weight, self.weight_scale, self.bias, self.input_scale, None)
         x2 = x.reshape(-1, self.in_features)
         if x2.stride(-1) != 1:
             x2 = x2.contiguous()
         if self.act_quant == "dynamic":
-            stats = _row_stats(x2)
+            row_stats, quantize_with_row_stats = dispatch.row_stats_kernels(x2.device)
+            stats = row_stats(x2)
             dist.all_reduce(stats, op=dist.ReduceOp.MAX, group=self.group)
-            q, a_scale = _quantize_with_row_stats(x2, stats)
+            q, a_scale = quantize_with_row_stats(x2, stats)
         else:
             q = ops.quantize_static(x2, self.input_scale, None)
             a_scale = self.input_scale
-        acc = int_mm(q, self.weight)
+        acc = dispatch.int_mm(q, self.weight)
         dist.all_reduce(acc, op=dist.ReduceOp.SUM, group=self.group)
         out = reference.dequantize(acc, a_scale, self.weight_scale, self.bias, x.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", full_in_features={self.full_in_features}, reduce={self.reduce!r}"
-
-
-# _int_mm (cuBLASLt) refuses M <= 16: smaller M is padded to this many rows.
-_INT_MM_MIN_ROWS = 17
-
-
-def int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Exact int32 ``a @ b^T`` (int8 a [M, K], b [N, K]): ``torch._int_mm`` on CUDA,
-    ``reference.int_mm_exact`` on the CPU."""
-    if a.device.type != "cuda":
-        return reference.int_mm_exact(a, b)
-    m, k = a.shape
-    if k % 8 or b.shape[0] % 8:
-        raise ValueError(f"{_ROW}: the int32 GEMM (torch._int_mm) needs K and N divisible by 8, got "
-                         f"K = {k} (local), N = {b.shape[0]}")
-    if m < _INT_MM_MIN_ROWS:
-        padded = a.new_zeros(_INT_MM_MIN_ROWS, k)
-        padded[:m] = a
-        return torch._int_mm(padded, b.t())[:m]
-    return torch._int_mm(a, b.t())
-
-
-def _row_stats(x: torch.Tensor) -> torch.Tensor:
-    if x.device.type == "cuda":
-        from w8a8.triton import quant
-
-        return quant.per_token_row_stats(x)
-    return reference.per_token_row_stats(x)
-
-
-def _quantize_with_row_stats(x: torch.Tensor, stats: torch.Tensor):
-    if x.device.type == "cuda":
-        from w8a8.triton import quant
-
-        return quant.quantize_with_row_stats(x, stats)
-    return reference.quantize_with_row_stats(x, stats)
 
 
 def _empty_like(cls, layer: W8A8Linear, **kwargs):
