@@ -294,20 +294,31 @@ def quantize_kernel(op: str, x, backend: str | None = None):
     return kernel(op, choose(op, device, backend))
 
 
+@functools.lru_cache(maxsize=None)
+def _linear_sm90_serves(device_index: int, dtype: torch.dtype, k: int, n: int) -> bool:
+    """The per-(device, dtype, shape) part of ``_linear_sm90_fits``: the device's default GEMM
+    is the sm90 table, its CUDA quantizer is built, and the CUTLASS kernels take the shape."""
+    device = torch.device("cuda", device_index)
+    return (
+        _best("scaled_mm", "cuda", device_index) == "sm90"
+        and unavailable_reason("quantize_per_token", "cuda", device) is None
+        and cutlass_shape_reason(k, n, dtype) is None
+    )
+
+
 def _linear_sm90_fits(x, weight) -> bool:
-    """Whether W8A8Linear's forward runs as the single op w8a8::linear_sm90: few tokens on
-    a device whose default GEMM is the sm90 table and whose CUDA quantizer is built, and
-    operands the CUTLASS kernels take (otherwise the composed path routes or refuses)."""
+    """Whether W8A8Linear's forward runs as the single op w8a8::linear_sm90: few tokens, a
+    device and shape ``_linear_sm90_serves``, a weight the CUTLASS kernels can read
+    (otherwise the composed path routes or refuses with the op's words)."""
     if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() >= 1 and weight.dim() == 2):
         return False
-    k = weight.shape[1]
+    n, k = weight.shape
     if x.device.type != "cuda" or x.shape[-1] != k or x.numel() > LINEAR_SM90_MAX_TOKENS * max(k, 1):
         return False
-    if _best("scaled_mm", "cuda", x.device.index) != "sm90" or weight.dtype != torch.int8 or weight.stride(1) != 1:
-        return False
     return (
-        unavailable_reason("quantize_per_token", "cuda", x.device) is None
-        and cutlass_shape_reason(k, weight.shape[0], x.dtype) is None
+        _linear_sm90_serves(x.device.index, x.dtype, k, n)
+        and weight.dtype == torch.int8
+        and weight.stride(1) == 1
         and _rows_reason("weight", weight, k) is None
     )
 
