@@ -25,6 +25,8 @@ import re
 
 from torch import nn
 
+from w8a8.checkpoint.safetensors_io import CheckpointError
+
 QUANT_METHOD = "compressed-tensors"
 INT_FORMATS = ("int-quantized", "naive-quantized")
 SUPPORTED = (
@@ -60,11 +62,12 @@ class Group:
 class CheckpointConfig:
     groups: list[Group]
     ignore: list[str]
+    where: str = "config.json"
 
     def scheme_for(self, name: str, module: nn.Module) -> LayerScheme | None:
         """The scheme of the Linear ``name``, None when no group targets it (or it is ignored).
 
-        Raises ValueError naming the layer, its scheme and what is supported when
+        Raises CheckpointError naming the layer, its scheme and what is supported when
         the first group that targets it holds a scheme ``W8A8Linear`` cannot run.
         """
         if not isinstance(module, nn.Linear) or matches(name, module, self.ignore):
@@ -72,8 +75,8 @@ class CheckpointConfig:
         for group in self.groups:
             if matches(name, module, group.targets):
                 if group.scheme is None:
-                    raise ValueError(
-                        f"w8a8.load_quantized: layer {name!r} ({group.name}) has an unsupported scheme: "
+                    raise CheckpointError(
+                        f"w8a8.load_quantized: {self.where}: layer {name!r} ({group.name}) has an unsupported scheme: "
                         f"{group.why}; scheme {group.raw}; supported: {SUPPORTED}"
                     )
                 return group.scheme
@@ -97,6 +100,8 @@ def _scheme(group: dict) -> tuple[LayerScheme | None, str]:
     if fmt is not None and fmt not in INT_FORMATS:
         return None, f"format {fmt!r} (supported: {INT_FORMATS})"
     w, a = group.get("weights"), group.get("input_activations")
+    if group.get("output_activations") is not None:
+        return None, "output_activations are quantized (W8A8Linear returns float outputs)"
     if w is None:
         return None, "no weight quantization"
     if (w.get("num_bits"), w.get("type", "int")) != (8, "int"):
@@ -107,6 +112,9 @@ def _scheme(group: dict) -> tuple[LayerScheme | None, str]:
         return None, f"weight strategy {w.get('strategy')!r}"
     if w.get("dynamic", False):
         return None, "dynamic weights"
+    for field in ("group_size", "block_structure", "actorder"):
+        if w.get(field) is not None:
+            return None, f"weights {field}={w[field]!r} (per-channel or per-tensor weights have none)"
     if a is None:
         return None, "weight-only quantization (no input_activations)"
     if (a.get("num_bits"), a.get("type", "int")) != (8, "int"):
@@ -119,32 +127,70 @@ def _scheme(group: dict) -> tuple[LayerScheme | None, str]:
     return None, f"input_activations dynamic={dynamic!r} strategy={strategy!r} symmetric={symmetric!r}"
 
 
+def _patterns(value, what: str, where: str) -> list[str]:
+    """A list of target / ignore patterns, each ``re:`` one compiled once to check it."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise CheckpointError(f"w8a8.load_quantized: {where}: {what} must be a list of strings, got {value!r}")
+    for p in value:
+        if p.startswith("re:"):
+            try:
+                re.compile(p[3:])
+            except (re.error, RecursionError, OverflowError) as exc:
+                raise CheckpointError(f"w8a8.load_quantized: {where}: {what} holds a bad regex {p!r} ({exc})") from None
+    return value
+
+
 def parse_config(config: dict, where: str = "config.json") -> CheckpointConfig:
     """Read ``quantization_config`` (or the older ``compression_config``) from a config dict.
 
-    Raises ValueError when it is absent or not a compressed-tensors int config.
-    Unsupported schemes are kept and reported when a layer uses them.
+    Raises CheckpointError naming ``where`` when it is absent, malformed, not a
+    compressed-tensors int config, or asks for something W8A8Linear would drop
+    (a quantized KV cache, sparsity, transforms). Unsupported layer schemes are
+    kept and reported when a layer uses them.
     """
+    fn = "w8a8.load_quantized"
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{fn}: {where} must hold a JSON object, got {type(config).__name__}")
     qc = config.get("quantization_config") or config.get("compression_config")
     if qc is None:
-        raise ValueError(f"w8a8.load_quantized: {where} has no quantization_config (nor compression_config)")
+        raise CheckpointError(f"{fn}: {where} has no quantization_config (nor compression_config): not a quantized checkpoint")
+    if not isinstance(qc, dict):
+        raise CheckpointError(f"{fn}: {where}: quantization_config must be an object, got {type(qc).__name__}")
     if "quantization_config" in qc and "config_groups" not in qc:  # old layout: nested one level down
+        if qc.get("sparsity_config"):
+            raise CheckpointError(f"{fn}: {where}: sparsity_config {qc['sparsity_config']!r} is not supported")
         qc = qc["quantization_config"]
+        if not isinstance(qc, dict):
+            raise CheckpointError(f"{fn}: {where}: quantization_config must be an object, got {type(qc).__name__}")
     method = qc.get("quant_method", QUANT_METHOD)
     if method != QUANT_METHOD:
-        raise ValueError(f"w8a8.load_quantized: {where} quant_method is {method!r}, expected {QUANT_METHOD!r}")
+        raise CheckpointError(f"{fn}: {where}: quant_method is {method!r}, expected {QUANT_METHOD!r}")
+    for field in ("kv_cache_scheme", "sparsity_config", "transform_config"):
+        if qc.get(field):  # None or {} when unused
+            raise CheckpointError(f"{fn}: {where}: {field} {qc[field]!r} is not supported (W8A8Linear would drop it)")
     top_format = qc.get("format")
     groups = []
-    for gname, g in (qc.get("config_groups") or {}).items():
+    config_groups = qc.get("config_groups") or {}
+    if not isinstance(config_groups, dict):
+        raise CheckpointError(f"{fn}: {where}: config_groups must be an object, got {type(config_groups).__name__}")
+    for gname, g in config_groups.items():
         if not isinstance(g, dict):
-            raise ValueError(f"w8a8.load_quantized: {where} config group {gname!r} is a preset {g!r}; expected a scheme")
+            raise CheckpointError(f"{fn}: {where}: config group {gname!r} is a preset {g!r}; expected a scheme")
+        for field in ("weights", "input_activations", "output_activations"):
+            if g.get(field) is not None and not isinstance(g[field], dict):
+                raise CheckpointError(f"{fn}: {where}: config group {gname!r} {field} must be an object, got {g[field]!r}")
         g = dict(g)
         g.setdefault("format", top_format)
         scheme, why = _scheme(g)
-        groups.append(Group(gname, list(g.get("targets") or []), g, scheme, why))
+        targets = _patterns(g.get("targets"), f"config group {gname!r} targets", where)
+        groups.append(Group(gname, targets, g, scheme, why))
     if not groups:
-        raise ValueError(f"w8a8.load_quantized: {where} quantization_config has no config_groups")
-    return CheckpointConfig(groups, list(qc.get("ignore") or []))
+        raise CheckpointError(f"{fn}: {where}: quantization_config has no config_groups")
+    return CheckpointConfig(groups, _patterns(qc.get("ignore"), "ignore", where), where)
 
 
 def _args(act_quant: str | None, symmetric: bool = True, weights: bool = False) -> dict:

@@ -23,20 +23,74 @@ INDEX_NAME = "model.safetensors.index.json"
 _FN = "w8a8.load_quantized"
 
 
+def local_folder(path, fn: str = _FN) -> str:
+    """``path`` as a str if it is an existing local folder; CheckpointError naming it otherwise.
+
+    Never touches the network: a string that looks like a Hub id ``org/name`` is
+    refused with how to download it first.
+    """
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise CheckpointError(f"{fn}: expected a folder path, got {type(path).__name__}") from None
+    if os.path.isdir(path):
+        return path
+    if os.path.exists(path):
+        raise CheckpointError(f"{fn}: {path} is a file, expected a checkpoint folder")
+    hub_like = path.count("/") == 1 and not path.startswith((".", "/", "~")) and all(path.split("/"))
+    if hub_like:
+        raise CheckpointError(
+            f"{fn}: {path!r} is not a local folder; Hugging Face Hub ids are not downloaded (w8a8 never uses "
+            f"the network): download it first (huggingface-cli download {path} --local-dir DIR) and pass DIR"
+        )
+    raise CheckpointError(f"{fn}: {path} does not exist")
+
+
+def read_json(path: str, what: str, fn: str = _FN) -> dict:
+    """A JSON object from ``path``; CheckpointError naming the file for anything else."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except OSError as exc:
+        raise CheckpointError(f"{fn}: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{fn}: {path} is not a JSON {what} (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{fn}: {path} is not a valid JSON {what} ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise CheckpointError(f"{fn}: {path} is not a valid JSON {what} (nested too deeply)") from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{fn}: {path} must hold a JSON object ({what}), got {type(obj).__name__}")
+    return obj
+
+
 def read_config(ckpt_dir: str) -> dict:
     path = os.path.join(ckpt_dir, "config.json")
     if not os.path.isfile(path):
         raise CheckpointError(f"{_FN}: {ckpt_dir} has no config.json")
-    with open(path) as f:
-        return json.load(f)
+    return read_json(path, "config")
+
+
+def _index_entries(ckpt_dir: str, index: str) -> dict[str, str]:
+    """weight_map of the index, each file name checked to be a plain ``.safetensors`` file of the folder."""
+    weight_map = read_json(index, "index").get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise CheckpointError(f"{_FN}: {index}: weight_map must map tensor names to file names, got {type(weight_map).__name__}")
+    root = os.path.realpath(ckpt_dir)
+    for name, fname in weight_map.items():
+        inside = os.path.dirname(os.path.realpath(os.path.join(root, fname))) == root
+        if os.path.basename(fname) != fname or fname in ("", ".", "..") or not inside:
+            raise CheckpointError(f"{_FN}: {index}: tensor {name!r} maps to {fname!r}, which is not a file of {ckpt_dir}")
+        if not fname.endswith(".safetensors"):
+            raise CheckpointError(f"{_FN}: {index}: tensor {name!r} maps to {fname!r}; only .safetensors files are read")
+    return weight_map
 
 
 def checkpoint_files(ckpt_dir: str) -> list[str]:
     """The safetensors files of a folder: those of its index, else all ``*.safetensors``."""
     index = os.path.join(ckpt_dir, INDEX_NAME)
     if os.path.isfile(index):
-        with open(index) as f:
-            names = sorted(set(json.load(f)["weight_map"].values()))
+        names = sorted(set(_index_entries(ckpt_dir, index).values()))
     else:
         names = sorted(n for n in os.listdir(ckpt_dir) if n.endswith(".safetensors"))
     if not names:
@@ -48,7 +102,7 @@ def checkpoint_files(ckpt_dir: str) -> list[str]:
     paths = [os.path.join(ckpt_dir, n) for n in names]
     for p in paths:
         if not os.path.isfile(p):
-            raise CheckpointError(f"{_FN}: {INDEX_NAME} names {p}, which does not exist")
+            raise CheckpointError(f"{_FN}: {index} names {p}, which does not exist")
     return paths
 
 
@@ -59,7 +113,28 @@ def read_headers(paths: list[str]) -> dict[str, TensorInfo]:
             if name in infos:
                 raise CheckpointError(f"{_FN}: tensor {name!r} is in both {infos[name].path} and {path}")
             infos[name] = info
+    index = os.path.join(os.path.dirname(paths[0]), INDEX_NAME)
+    if os.path.isfile(index):
+        weight_map = _index_entries(os.path.dirname(paths[0]), index)
+        for name, fname in weight_map.items():
+            if name not in infos or os.path.basename(infos[name].path) != fname:
+                actual = os.path.basename(infos[name].path) if name in infos else "no file"
+                raise CheckpointError(f"{_FN}: {index}: tensor {name!r} maps to {fname}, but it is in {actual}")
+        unlisted = sorted(set(infos) - set(weight_map))
+        if unlisted:
+            raise CheckpointError(f"{_FN}: {index} does not list {len(unlisted)} tensors of its files: {unlisted[:8]}")
     return infos
+
+
+def float_dtype(dtype, fn: str = _FN) -> torch.dtype | None:
+    """None, a floating torch.dtype, or its name (``"bfloat16"``, ``"torch.float16"``); anything else is refused."""
+    if dtype is None or dtype == "auto":
+        return None
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype.removeprefix("torch."), dtype)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise CheckpointError(f"{fn}: dtype must be a float dtype (e.g. torch.bfloat16 or 'bfloat16'), got {dtype!r}")
+    return dtype
 
 
 def plan(model: nn.Module, config: CheckpointConfig) -> dict[str, LayerScheme]:
@@ -163,13 +238,22 @@ def check(infos: dict[str, TensorInfo], specs: dict[str, _Spec], aliases, strict
         raise CheckpointError(f"{_FN}: checkpoint does not match the model:\n  " + "\n  ".join(problems))
 
 
-def check_scales(name: str, t: torch.Tensor) -> None:
-    bad = ~(torch.isfinite(t.float()) & (t.float() > 0))
+def check_scales(name: str, t: torch.Tensor, weight: torch.Tensor | None = None) -> None:
+    """Scales must be finite and > 0; a weight scale may be 0 where its rows of ``weight`` are all zero.
+
+    (An all-zero output row quantizes to codes 0 with scale 0; its output is exactly the bias.)
+    """
+    t = t.float().reshape(-1)
+    bad = ~(torch.isfinite(t) & (t > 0))
+    if weight is not None and bad.any():
+        zero_rows = ~weight.reshape(t.numel(), -1).any(dim=1) if weight.numel() else torch.ones_like(bad)
+        bad &= ~((t == 0) & zero_rows)
     if bad.any():
-        i = int(bad.reshape(-1).nonzero()[0])
+        i = int(bad.nonzero()[0])
         raise CheckpointError(
             f"{_FN}: {name} must be finite and > 0; {int(bad.sum())} of {t.numel()} are not "
-            f"(first at flat index {i}: {t.reshape(-1)[i].item()})"
+            f"(first at flat index {i}: {t[i].item()})"
+            + ("; 0 is accepted only for an all-zero weight row" if weight is not None else "")
         )
 
 
@@ -215,6 +299,8 @@ def load_quantized(
     """
     from tqdm.auto import tqdm
 
+    ckpt_dir = local_folder(ckpt_dir)
+    dtype = float_dtype(dtype)
     config = parse_config(read_config(ckpt_dir), os.path.join(ckpt_dir, "config.json"))
     infos = read_headers(checkpoint_files(ckpt_dir))
     layers = plan(model, config)
@@ -235,26 +321,26 @@ def load_quantized(
             raise CheckpointError(f"{_FN}: non-persistent buffer {name!r} is on the meta device; no checkpoint can fill it")
 
     files = {path: MappedFile(path) for path in {infos[n].path for n in specs if n in infos}}
+    raw = {n: files[infos[n].path].tensor(infos[n]) for n in specs if n in infos}
     state: dict[str, torch.Tensor] = {}
-    for name in tqdm([n for n in specs if n in infos], desc="w8a8: loading", unit="tensor", disable=not progress):
-        spec, info = specs[name], infos[name]
-        t = files[info.path].tensor(info)
+    for name in tqdm(list(raw), desc="w8a8: loading", unit="tensor", disable=not progress):
+        spec, t = specs[name], raw[name]
+        lname, _, buffer = name.rpartition(".")
         if spec.kind == "scale":
-            check_scales(name, t)
+            check_scales(name, t, raw.get(f"{lname}.weight") if buffer == "weight_scale" else None)
             t = t.float().reshape(-1)
         elif spec.kind == "zero_point":
             if t.dtype != torch.int8:
                 if (t < -128).any() or (t > 127).any():
-                    raise CheckpointError(f"{_FN}: {name} = {t.tolist()} is outside int8")
+                    raise CheckpointError(f"{_FN}: {infos[name].path}: {name} = {t.tolist()} is outside int8")
                 t = t.to(torch.int8)
             t = t.reshape(1)
         elif spec.kind == "zero":
             if t.any():
-                raise CheckpointError(f"{_FN}: {name} is nonzero, but its group's scheme is symmetric")
+                raise CheckpointError(f"{_FN}: {infos[name].path}: {name} is nonzero, but its group's scheme is symmetric")
             continue
         elif spec.kind == "float" and t.dtype != spec.dtype:
             t = t.to(spec.dtype)
-        lname, _, buffer = name.rpartition(".")
         if lname in layers and buffer == "weight_scale":
             n = model.get_submodule(lname).out_features
             if t.numel() == 1 and n != 1:
@@ -270,17 +356,25 @@ def load_quantized(
         for n in group:
             state.setdefault(n, state[present])
 
-    # Nothing above touched the model; from here on nothing can fail on the checkpoint's account.
-    for lname, scheme in layers.items():
-        parent_name, _, child = lname.rpartition(".")
-        parent = model.get_submodule(parent_name)
-        linear = getattr(parent, child)
-        bias = state.get(f"{lname}.bias")
-        args = dict(in_features=linear.in_features, out_features=linear.out_features, bias=linear.bias is not None,
-                    act_quant=scheme.act_quant, dtype=bias.dtype if bias is not None else None,
-                    input_zero_point=scheme.input_zero_point)
-        with torch.device("meta"):
-            layer = tp_plan[lname].empty(args, tp_group) if lname in tp_plan else W8A8Linear(**args)
-        setattr(parent, child, layer)
-    model.load_state_dict(state, strict=True, assign=True)
+    # Nothing above touched the model. The swap and the load are undone together if either fails.
+    saved = [(m, dict(m._parameters), dict(m._buffers), dict(m._modules)) for m in model.modules()]
+    try:
+        for lname, scheme in layers.items():
+            parent_name, _, child = lname.rpartition(".")
+            parent = model.get_submodule(parent_name)
+            linear = getattr(parent, child)
+            bias = state.get(f"{lname}.bias")
+            args = dict(in_features=linear.in_features, out_features=linear.out_features, bias=linear.bias is not None,
+                        act_quant=scheme.act_quant, dtype=bias.dtype if bias is not None else None,
+                        input_zero_point=scheme.input_zero_point)
+            with torch.device("meta"):
+                layer = tp_plan[lname].empty(args, tp_group) if lname in tp_plan else W8A8Linear(**args)
+            setattr(parent, child, layer)
+        model.load_state_dict(state, strict=True, assign=True)
+    except BaseException:
+        for m, params, buffers, modules in saved:
+            m._parameters.clear(), m._parameters.update(params)
+            m._buffers.clear(), m._buffers.update(buffers)
+            m._modules.clear(), m._modules.update(modules)
+        raise
     return model
