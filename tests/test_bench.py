@@ -1,6 +1,7 @@
 """The benchmark harness on the CPU (no timings asserted) and the committed report's consistency."""
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,17 @@ def test_committed_performance_doc_matches_results():
     assert doc.read_text() == report.render_markdown(plots=True), (
         "docs/PERFORMANCE.md is out of date: run python -m w8a8.bench.report"
     )
+
+
+def test_committed_results_are_the_reports_sources():
+    """benchmarks/results holds exactly the files report.SOURCES lists (and docs cite)."""
+    kept = sorted(p.name for p in report.RESULTS.iterdir())
+    assert kept == sorted(report.SOURCES), "add the file to report.SOURCES (with its command) or delete it"
+
+
+def test_docs_links_resolve():
+    docs = report.DOCS
+    for page in sorted(docs.glob("*.md")):
+        for target in re.findall(r"\]\(([^)#\s]+)[^)]*\)", page.read_text()):
+            if "://" not in target and not target.startswith("mailto:"):
+                assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
