@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
             os.makedirs(args.out, exist_ok=True)
             path = os.path.join(args.out, f"{suite}_{args.tag or _tag(device)}.json")
             harness.write_results(path, rows, ceilings, {"kind": suite}, device)
-            print(f"wrote {path} and .csv")
+            print(f"wrote {path}")
         results[suite] = rows
     return results
 

@@ -14,7 +14,6 @@ Method (docs/PERFORMANCE.md says the same):
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import datetime
 import os
@@ -186,19 +185,10 @@ def gemm_row(name: str, m: int, n: int, k: int, timing: Timing, bytes_moved: int
 
 
 def write_results(path: str, rows: list[dict], ceilings: dict, extra: dict | None = None, device="cuda") -> None:
-    """``path`` (JSON: environment, ceilings, rows) and the same rows as CSV beside it."""
+    """``path``: JSON with the environment, the ceilings and the rows."""
     doc = {"environment": environment(device), "ceilings": ceilings, "rows": rows, **(extra or {})}
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
-    write_csv(rows, os.path.splitext(path)[0] + ".csv")
-
-
-def write_csv(rows: list[dict], path: str) -> None:
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
 
 
 def markdown_table(rows: list[dict]) -> str:
