@@ -4,7 +4,7 @@ Three suites on one harness (``harness.py``): ``scaled_mm`` (the kernel, int8
 activations in), ``linear`` (``W8A8Linear`` end to end, quantization
 included) and ``split_k`` (the sm90 kernels' K decompositions on small-M, long-K
 shapes, its own grid unless ``--shapes``/``--m`` are given; CUDA only) and ``sm80``
-(the Ampere kernels named on this GPU over M = 1..512: the ladder's continuity). Results go to ``OUT/<suite>_<tag>.json`` and ``.csv``;
+(the Ampere kernels named on this GPU over M = 1..512: the ladder's continuity). Results go to ``OUT/<suite>_<tag>.json``;
 ``python -m w8a8.bench.report`` turns committed results into docs/PERFORMANCE.md.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--configs", default="", help="scaled_mm suite: comma list of sm90 config names to time beside "
                    "the heuristic (python -m w8a8 info lists them)")
-    p.add_argument("--out", default=None, help="folder for <suite>_<tag>.json/.csv (default: print only)")
+    p.add_argument("--out", default=None, help="folder for <suite>_<tag>.json (default: print only)")
     p.add_argument("--tag", default=None, help="file name tag (default: h100 / h200 / cpu ... from the device)")
 
 

@@ -126,7 +126,7 @@ def _finish(rows, ceilings, out_dir, tag, device):
                                                      "intermediate": INTER, "repeats_per_replay": REPEATS,
                                                      "nccl_env": env, "nccl": ".".join(map(str, torch.cuda.nccl.version()))},
                               device)
-        print(f"wrote {path} and .csv")
+        print(f"wrote {path}")
 
 
 def main(argv=None) -> int:
