@@ -1,19 +1,64 @@
-"""Test helpers: random int8 data, output poisoning, ulp distances, CUDA-graph capture."""
+"""The shared test toolkit: operand builders, the exact reference calls, ulp helpers,
+output poisoning, CUDA-graph capture, THE tolerance table, the kernel lists for
+parametrization (built from ``w8a8.dispatch``) and the capability skip markers.
+
+Every test file takes these from here; none keeps a copy.
+"""
 from __future__ import annotations
 
+import glob
+import os
+import shutil
+
+import pytest
 import torch
 
+from w8a8 import dispatch, reference
 from w8a8.bench.harness import capture_graph  # noqa: F401  (one capture recipe for tests and benchmarks)
 
-# Relative L2 error of a W8A8Linear against its float nn.Linear, by activation dtype.
-# int8 rounding of weights and activations gives ~0.5-1.5% on Gaussian data;
+CUDA = torch.cuda.is_available()
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+# --- the tolerance table (stated once) -----------------------------------------------------------
+# Every kernel against the exact reference, in ulp of the output dtype: 0, i.e. bit-exact.
+# The epilogue is the reference's fp32 expression, rounded once per operation and never
+# contracted into an FMA (csrc/scaled_mm_dequant.cuh, csrc/scaled_mm_sm90_epilogue.cuh,
+# w8a8/triton/scaled_mm.py), the int32 accumulation is exact, and the quantizers use IEEE
+# division (reference.py: "kernels must use the same to be bit-identical").
+KERNEL_ULP = {torch.bfloat16: 0, torch.float16: 0, torch.float32: 0}
+# The one exception: Triton's CPU interpreter (tests only, never a product path) converts
+# fp32 to a 16-bit output with numpy, which does not round to nearest even for bf16: up to
+# 1 ulp there. On a GPU the same kernel is bit-exact (KERNEL_ULP).
+INTERPRETER_ULP = {torch.bfloat16: 1, torch.float16: 1, torch.float32: 0}
+
+
+def max_ulp(backend: str, device, dtype: torch.dtype) -> int:
+    """The table entry for a kernel's output on a device."""
+    if backend == "triton" and torch.device(device).type == "cpu":
+        return INTERPRETER_ULP[dtype]
+    return KERNEL_ULP[dtype]
+# W8A8Linear against its float nn.Linear: relative L2 error, by activation dtype. This is
+# the cost of int8 rounding of weights and activations (~0.5-1.5% on Gaussian data);
 # bf16's own 8-bit mantissa adds ~0.4%.
 LINEAR_REL_TOL = {torch.float32: 0.025, torch.float16: 0.025, torch.bfloat16: 0.03}
 
 
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+# --- operand builders ------------------------------------------------------------------------------
+
+
 def rand_int8(*shape, device="cpu") -> torch.Tensor:
-    """Uniform over the full int8 range, -128 included."""
-    return torch.randint(-128, 128, shape, dtype=torch.int8, device=device)
+    """Uniform over the full int8 range; with >= 2 elements both -128 and 127 are present."""
+    t = torch.randint(-128, 128, shape, dtype=torch.int8, device=device)
+    if t.numel() >= 2:
+        t.view(-1)[0] = -128
+        t.view(-1)[-1] = 127
+    return t
 
 
 def rand_scale(*shape, device="cpu") -> torch.Tensor:
@@ -23,54 +68,7 @@ def rand_scale(*shape, device="cpu") -> torch.Tensor:
     ).float()
 
 
-def _ordered(t: torch.Tensor) -> torch.Tensor:
-    """Map floats to integers that are ordered like the floats (sign-magnitude to two's complement)."""
-    int_dtype = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[t.dtype]
-    bits = t.contiguous().view(int_dtype).long()
-    sign_bit = 1 << (torch.iinfo(int_dtype).bits - 1)
-    return torch.where(bits < 0, -(bits + sign_bit), bits)
-
-
-def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Per-element distance in units in the last place of a's dtype (NaNs must match separately)."""
-    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
-    return (_ordered(a) - _ordered(b)).abs()
-
-
-def assert_ulp_close(out: torch.Tensor, ref: torch.Tensor, max_ulp: int = 1) -> None:
-    """Every element within ``max_ulp`` of the reference; NaN exactly where the reference is NaN."""
-    assert out.shape == ref.shape, (out.shape, ref.shape)
-    assert out.dtype == ref.dtype, (out.dtype, ref.dtype)
-    out, ref = out.cpu(), ref.cpu()
-    nan_out, nan_ref = out.isnan(), ref.isnan()
-    assert torch.equal(nan_out, nan_ref), f"NaN mismatch at {(nan_out != nan_ref).nonzero()[:5].tolist()}"
-    d = ulp_distance(out.masked_fill(nan_out, 0), ref.masked_fill(nan_ref, 0))
-    worst = int(d.max()) if d.numel() else 0
-    if worst > max_ulp:
-        idx = tuple(int(i) for i in (d == worst).nonzero()[0])
-        raise AssertionError(
-            f"{int((d > max_ulp).sum())} of {d.numel()} elements differ by more than {max_ulp} ulp; "
-            f"worst {worst} ulp at {idx}: got {out[idx].item()}, expected {ref[idx].item()}"
-        )
-
-
-def poison(shape, dtype, device) -> torch.Tensor:
-    """A NaN-filled tensor: anything a kernel forgets to write stays NaN."""
-    return torch.full(shape, float("nan"), dtype=dtype, device=device)
-
-
-def poison_allocator(nbytes: int, device) -> None:
-    """Fill the memory the next allocations will likely reuse with 0xFF bytes (NaN in bf16/fp16/fp32).
-
-    The ops allocate their own outputs; on CUDA the caching allocator hands the
-    freed block back to the next request of a similar size, so an element a
-    kernel forgets to write reads NaN and fails the comparison.
-    """
-    blocks = [torch.full((max(nbytes, 1),), 0xFF, dtype=torch.uint8, device=device) for _ in range(4)]
-    del blocks
-
-
-def rows_with_spread(r: int, k: int, dtype: torch.dtype, device) -> torch.Tensor:
+def rows_with_spread(r: int, k: int, dtype: torch.dtype, device="cpu") -> torch.Tensor:
     """Gaussian rows, each with its own magnitude over ~8 decades, cast to dtype."""
     mag = torch.exp2(torch.empty(r, 1, device=device).uniform_(-14, 12))
     return (torch.randn(r, k, device=device) * mag).to(dtype)
@@ -91,20 +89,164 @@ def plant_special_rows(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def check_w8a8linear_graph(backend: str, m: int) -> None:
-    """A W8A8Linear (4096 -> 1024, bias) on ``backend`` captured in a CUDA graph and
-    replayed with new inputs: each replay within 1 ulp of the exact reference."""
-    import w8a8
-    from w8a8 import reference
+def mm_operands(m, n, k, device="cpu", per_token=True, per_channel=True, bias_dtype=torch.float32, a_pad=0):
+    """(a, b, a_scale, b_scale, bias) for scaled_mm. ``a_pad`` > 0: ``a`` is a view of a
+    wider [m, k + a_pad] tensor (row stride k + a_pad, strides kept, never rebuilt)."""
+    a = rand_int8(m, k + a_pad, device=device)[:, :k]
+    b = rand_int8(n, k, device=device)
+    sa = rand_scale(m, 1, device=device) if per_token else rand_scale(1, device=device)
+    sb = rand_scale(n, device=device) if per_channel else rand_scale(1, device=device)
+    bias = None if bias_dtype is None else (torch.randn(n, device=device) * 4).to(bias_dtype)
+    return a, b, sa, sb, bias
 
-    lin = torch.nn.Linear(4096, 1024, bias=True, device="cuda", dtype=torch.bfloat16)
-    layer = w8a8.W8A8Linear.from_linear(lin, backend=backend)
-    x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
-    graph, y = capture_graph(lambda: layer(x))
-    for _ in range(3):
-        x.copy_(torch.randn_like(x))
-        graph.replay()
-        torch.cuda.synchronize()
-        q, s = reference.quantize_per_token(x)
-        expected = reference.scaled_mm(q, layer.weight, s, layer.weight_scale, layer.bias, torch.bfloat16)
-        assert_ulp_close(y, expected, max_ulp=1)
+
+# --- the exact reference ---------------------------------------------------------------------------
+
+
+def _cpu(t):
+    return t.cpu() if isinstance(t, torch.Tensor) else t
+
+
+def ref_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype) -> torch.Tensor:
+    """The exact reference, on the operands' device (exact on any device: float64 holds
+    every int32 partial sum, and the epilogue is elementwise ops rounded once each)."""
+    return reference.scaled_mm(a, b, a_scale, b_scale, bias, out_dtype)
+
+
+def ref_linear(layer, x: torch.Tensor) -> torch.Tensor:
+    """W8A8Linear's definition (quantize, then scaled_mm with the folded bias), on the CPU."""
+    x = x.cpu()
+    x2 = x.reshape(-1, layer.in_features)
+    if layer.act_quant == "dynamic":
+        q, s = reference.quantize_per_token(x2)
+    else:
+        s = layer.input_scale.cpu()
+        q = reference.quantize_static(x2, s, _cpu(layer.input_zero_point))
+    out = reference.scaled_mm(q, layer.weight.cpu(), s, layer.weight_scale.cpu(), _cpu(layer.folded_bias()), x.dtype)
+    return out.reshape(*x.shape[:-1], layer.out_features)
+
+
+# --- ulp and exactness ------------------------------------------------------------------------------
+
+
+def _ordered(t: torch.Tensor) -> torch.Tensor:
+    """Floats mapped to integers ordered like the floats (sign-magnitude to two's complement)."""
+    int_dtype = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[t.dtype]
+    bits = t.contiguous().view(int_dtype).long()
+    sign_bit = 1 << (torch.iinfo(int_dtype).bits - 1)
+    return torch.where(bits < 0, -(bits + sign_bit), bits)
+
+
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per-element distance in units in the last place of a's dtype (+0 and -0: 0; NaNs separately)."""
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
+    return (_ordered(a) - _ordered(b)).abs()
+
+
+def assert_ulp_close(out: torch.Tensor, ref: torch.Tensor, max_ulp: int | None = None) -> None:
+    """Every element within ``max_ulp`` (default: ``KERNEL_ULP`` of the dtype, 0) of the
+    reference; NaN exactly where the reference is NaN; Inf only where it is the same Inf."""
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    assert out.dtype == ref.dtype, (out.dtype, ref.dtype)
+    max_ulp = KERNEL_ULP[out.dtype] if max_ulp is None else max_ulp
+    out, ref = out.cpu(), ref.cpu()
+    nan_out, nan_ref = out.isnan(), ref.isnan()
+    assert torch.equal(nan_out, nan_ref), f"NaN mismatch at {(nan_out != nan_ref).nonzero()[:5].tolist()}"
+    d = ulp_distance(out.masked_fill(nan_out, 0), ref.masked_fill(nan_ref, 0))
+    worst = int(d.max()) if d.numel() else 0
+    if worst > max_ulp:
+        idx = tuple(int(i) for i in (d == worst).nonzero()[0])
+        raise AssertionError(
+            f"{int((d > max_ulp).sum())} of {d.numel()} elements differ by more than {max_ulp} ulp; "
+            f"worst {worst} ulp at {idx}: got {out[idx].item()}, expected {ref[idx].item()}"
+        )
+
+
+def assert_exact(out: torch.Tensor, ref: torch.Tensor) -> None:
+    """Bit for bit, NaN where the reference is NaN (torch.equal treats NaN != NaN)."""
+    assert_ulp_close(out, ref, max_ulp=0)
+
+
+def assert_same_codes(got, expected) -> None:
+    """quantize_per_token results: int8 codes equal, fp32 scales equal bit for bit (any NaN)."""
+    q, s = got
+    rq, rs = expected
+    assert q.dtype == torch.int8 and q.shape == rq.shape, (q.dtype, q.shape, rq.shape)
+    assert torch.equal(q.cpu(), rq.cpu()), f"{int((q.cpu() != rq.cpu()).sum())} of {q.numel()} codes differ"
+    assert s.dtype == torch.float32 and s.shape == rs.shape, (s.dtype, s.shape, rs.shape)
+    s, rs = s.cpu(), rs.cpu()
+    assert torch.equal(s.isnan(), rs.isnan()), "NaN scales differ"
+    assert torch.equal(s.nan_to_num(0).view(torch.int32), rs.nan_to_num(0).view(torch.int32)), "scales differ"
+
+
+# --- poisoning -------------------------------------------------------------------------------------
+
+
+def poison(shape, dtype, device) -> torch.Tensor:
+    """A NaN-filled tensor: anything a kernel forgets to write stays NaN."""
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+def poison_allocator(nbytes: int, device) -> None:
+    """Fill the memory the next allocations will likely reuse with 0xFF bytes (NaN in bf16/fp16/fp32;
+    -1 in int8). The ops allocate their outputs; on CUDA the caching allocator hands the freed
+    block back to the next request of a similar size, so an unwritten element reads NaN."""
+    blocks = [torch.full((max(nbytes, 1),), 0xFF, dtype=torch.uint8, device=device) for _ in range(4)]
+    del blocks
+
+
+# --- kernels and capabilities ----------------------------------------------------------------------
+
+
+def _device_9_0() -> bool:
+    return CUDA and torch.cuda.get_device_capability() == (9, 0)
+
+
+SM90 = _device_9_0() and dispatch.load("_C")[0]
+SM80 = CUDA and dispatch.load("_C_sm80")[0] and (torch.cuda.get_device_capability()[0] == 8 or _device_9_0())
+requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+requires_sm90 = pytest.mark.skipif(not SM90, reason="needs an sm_90 GPU and w8a8._C built")
+requires_sm80 = pytest.mark.skipif(not SM80, reason="needs w8a8._C_sm80 built and an sm_8x / sm_90 GPU")
+
+
+def available(op: str, backend: str, device) -> bool:
+    return dispatch.unavailable_reason(op, backend, torch.device(device)) is None
+
+
+def kernels(op: str, device) -> list[str]:
+    """The kernels of ``op`` that run on ``device`` here (``linear``: its GEMM kernels)."""
+    op = "scaled_mm" if op == "linear" else op
+    return [b for b in dispatch.BACKENDS[op] if available(op, b, device)]
+
+
+def kernel_params(op: str, devices=("cpu", "cuda")) -> list:
+    """pytest params ``(device, backend)`` for every kernel of ``op``: those that run here, and
+    on a machine without a GPU the CUDA ones too, collected and skipped (never dropped)."""
+    op = "scaled_mm" if op == "linear" else op
+    params = []
+    for device in devices:
+        for b in dispatch.BACKENDS[op]:
+            if device == "cpu" and b not in ("reference", "triton"):
+                continue  # CUDA-only kernels have no CPU variant
+            if device == "cuda" and not CUDA:
+                params.append(pytest.param(device, b, id=f"{device}-{b}", marks=pytest.mark.skip(reason="needs a CUDA GPU")))
+                continue
+            reason = dispatch.unavailable_reason(op, b, torch.device(device))
+            marks = [pytest.mark.skip(reason=f"{b} on {device}: {reason}")] if reason else []
+            params.append(pytest.param(device, b, id=f"{device}-{b}", marks=marks))
+    return params
+
+
+def call_scaled_mm(backend, a, b, sa, sb, bias, out_dtype):
+    """A scaled_mm kernel by name (its op, or the validated reference)."""
+    return dispatch.kernel("scaled_mm", backend)(a, b, sa, sb, bias, out_dtype)
+
+
+def cuobjdump() -> str | None:
+    """The cuobjdump binary (CUDA toolkit, or the one Triton ships), or None."""
+    found = shutil.which("cuobjdump") or next(iter(glob.glob("/usr/local/cuda*/bin/cuobjdump")), None)
+    if found is None:
+        import triton
+
+        found = next(iter(glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump"))), None)
+    return found

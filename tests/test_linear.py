@@ -77,7 +77,7 @@ def test_from_linear_argument_errors():
 
 def test_forward_shape_error():
     layer = w8a8.W8A8Linear(16, 8)
-    with pytest.raises(ValueError, match=r"W8A8Linear: expected input \[..., 16\], got shape \(3, 15\)"):
+    with pytest.raises(ValueError, match=r"^w8a8\.linear: x must be \[\.\.\., K\] with K = 16 \(weight's K\), got shape \[3, 15\]$"):
         layer(torch.randn(3, 15))
 
 

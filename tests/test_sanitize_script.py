@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from w8a8 import _extension
+from w8a8 import dispatch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,8 +27,8 @@ def test_sanitize_cases_dry_run():
     assert len(set(names)) == len(names), "case names must be unique"
     assert set(small_names) < set(names)
     # Every CUTLASS config bucket, the split-K / stream-K paths, the quantizers and Triton are there.
-    for prefix in ("cutlass_config0_", "cutlass_split_k4_", "cutlass_streamk_", "cutlass_heuristic_split", "cuda_per_token_",
-                   "cuda_static_", "linear_cutlass_", "triton_mm_", "triton_per_token_", "triton_static_"):
+    for prefix in ("sm90_config0_", "sm80_config0_", "sm90_split_k4_", "sm90_streamk_", "sm90_heuristic_split", "cuda_per_token_",
+                   "cuda_static_", "linear_sm90_", "triton_mm_", "triton_per_token_", "triton_static_"):
         assert any(n.startswith(prefix) for n in small_names), prefix
 
 
@@ -43,11 +43,9 @@ def test_sanitize_cases_split_by_output_writer():
 
     every, tma, other = names(), names("--outputs", "tma"), names("--outputs", "other")
     assert tma and other and not (tma & other) and tma | other == every
-    assert all(n.startswith(("cutlass_", "linear_cutlass_")) for n in tma)
-    sm90_other = {n for n in other if n.startswith(("cutlass_", "linear_cutlass_"))}
-    if not _extension.cutlass_config_names():  # no sm90 extension: every sm90 case counts as TMA
+    assert all(n.startswith(("sm90_", "linear_sm90_")) for n in tma)
+    sm90_other = {n for n in other if n.startswith(("sm90_", "linear_sm90_"))}
+    if not dispatch.config_names("sm90"):  # no sm90 extension: every sm90 case counts as TMA
         assert not sm90_other
     else:  # the sm90 op's decode kernels (GEMV M <= 4, skinny GEMM 5..16, or forced) write with plain stores
-        assert {n for n in sm90_other if n.startswith("cutlass_config")} == {
-            n for n in every if n.startswith("cutlass_config") and ("_gemv_" in n or "_skinny_" in n)}
-        assert {"cutlass_gemv_m3", "cutlass_skinny_m9"} <= sm90_other and "cutlass_ladder_m200_n2048" in tma
+        assert {"sm90_gemv_m3", "sm90_skinny_m9"} <= sm90_other and "sm90_ladder_m200_n2048" in tma

@@ -38,9 +38,21 @@ pytest.importorskip("triton")
 
 from w8a8 import reference  # noqa: E402
 import helpers  # noqa: E402
-from helpers import plant_special_rows  # noqa: E402
+from helpers import assert_ulp_close, max_ulp, plant_special_rows  # noqa: E402
+
+
+def rows_with_spread(r, k, dtype):
+    return helpers.rows_with_spread(r, k, dtype, DEVICE)
+
+
+def assert_scale_equal(scale, ref):
+    """Bit-equal fp32 scales, NaN where the reference has NaN."""
+    assert scale.dtype == ref.dtype == torch.float32 and scale.shape == ref.shape, (scale.shape, ref.shape)
+    assert torch.equal(scale.isnan(), ref.isnan())
+    assert torch.equal(scale.nan_to_num(0.0).view(torch.int32), ref.nan_to_num(0.0).view(torch.int32))
 
 quant = importlib.import_module("w8a8.triton.quant")
+quant_configs = importlib.import_module("w8a8.triton.quant_configs")
 # By module path: the package's `scaled_mm` attribute is the function, not the module.
 mm = importlib.import_module("w8a8.triton.scaled_mm")
 
@@ -57,45 +69,6 @@ OUT_DTYPES = (torch.bfloat16, torch.float16)
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def ulp_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """|x - y| in units in the last place of their (16-bit float) dtype, elementwise, as int64.
-
-    The bit patterns are mapped to integers ordered like the floats (sign-magnitude
-    to two's complement), so neighbouring floats differ by 1, +0 and -0 by 0.
-    """
-    assert x.dtype == y.dtype and x.dtype in (torch.float16, torch.bfloat16)
-
-    def ordered(t):
-        bits = t.contiguous().view(torch.int16).long()
-        return torch.where(bits < 0, -(bits & 0x7FFF), bits)
-
-    return (ordered(x) - ordered(y)).abs()
-
-
-def assert_within_1ulp(out: torch.Tensor, ref: torch.Tensor, max_ulp: int = 1) -> None:
-    """NaN exactly where ref is NaN; every other element within max_ulp (Inf only equal to Inf)."""
-    assert out.dtype == ref.dtype and out.shape == ref.shape, (out.dtype, ref.dtype, out.shape, ref.shape)
-    out, ref = out.cpu(), ref.cpu()
-    nan_diff = out.isnan() != ref.isnan()
-    assert not bool(nan_diff.any()), f"NaN mismatch at {nan_diff.nonzero()[:5].tolist()}"
-    d = ulp_distance(out.nan_to_num(0.0), ref.nan_to_num(0.0))
-    if d.numel() and int(d.max()) > max_ulp:
-        idx = tuple(int(i) for i in (d == d.max()).nonzero()[0])
-        raise AssertionError(
-            f"{int((d > max_ulp).sum())}/{d.numel()} elements off by > {max_ulp} ulp; worst "
-            f"{int(d.max())} ulp at {idx}: got {out[idx].item()}, expected {ref[idx].item()}"
-        )
-
-
-def assert_scale_equal(scale: torch.Tensor, ref: torch.Tensor) -> None:
-    """Bit-equal fp32 scales, NaN where the reference has NaN."""
-    assert scale.dtype == ref.dtype == torch.float32 and scale.shape == ref.shape, (scale.shape, ref.shape)
-    assert torch.equal(scale.isnan(), ref.isnan())
-    assert torch.equal(scale.nan_to_num(0.0).view(torch.int32), ref.nan_to_num(0.0).view(torch.int32)), (
-        f"{int((scale.nan_to_num(0.0) != ref.nan_to_num(0.0)).sum())} scales differ"
-    )
-
-
 def check_per_token(x: torch.Tensor, config: quant.PerTokenConfig | None = None) -> None:
     """Run into poisoned outputs (q twice, with two poisons: no int8 value is a safe sentinel)."""
     ref_q, ref_scale = reference.quantize_per_token(x)
@@ -107,20 +80,7 @@ def check_per_token(x: torch.Tensor, config: quant.PerTokenConfig | None = None)
         assert_scale_equal(scale, ref_scale)
 
 
-def rows_with_spread(r: int, k: int, dtype: torch.dtype) -> torch.Tensor:
-    return helpers.rows_with_spread(r, k, dtype, DEVICE)
-
-
 # --- per-token quantization ----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("k", [1, 3, 17, 100, 1000, 4096])
-def test_per_token_random_and_special_rows(dtype, k):
-    x = plant_special_rows(rows_with_spread(12, k, dtype))
-    check_per_token(x)
-    # The same data with leading dims [2, 2, 3, K].
-    check_per_token(x.view(2, 2, 3, k))
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
@@ -142,47 +102,6 @@ def test_per_token_row_stats_over_slices(dtype, k):
         assert_scale_equal(scale, ref_scale)
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-def test_per_token_exact_ties_round_half_to_even(dtype):
-    """x = (j + 0.5) * s with s a power of two and one element 127 * s: scale == s exactly and
-    x / scale lands exactly on every half integer in (-127, 127)."""
-    halves = torch.arange(-127, 127, device=DEVICE).float() + 0.5  # -126.5 ... 126.5
-    exps = torch.randint(-20, 10, (6, 1), device=DEVICE).float()
-    s = torch.exp2(exps)
-    body = halves[torch.randperm(halves.numel(), device=DEVICE)] * s
-    sign = torch.where(torch.rand(6, 1, device=DEVICE) < 0.5, -1.0, 1.0)
-    x = torch.cat([body, 127 * s * sign], dim=1).to(dtype)  # all values exact in bf16 (<= 8 bits)
-    ref_q, ref_scale = reference.quantize_per_token(x)
-    assert torch.equal(ref_scale, s), "the construction must give scale == s"
-    ratio = x.float() / ref_scale
-    assert bool(((ratio - ratio.floor()) == 0.5)[:, :-1].all()), "every body element must be a tie"
-    check_per_token(x)
-
-
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-def test_per_token_extreme_magnitudes(dtype):
-    big = torch.finfo(dtype).max
-    x = rows_with_spread(6, 33, dtype)
-    x[0, 5] = big
-    x[1, 6] = -big
-    x[2] = 0
-    # Rows of the smallest normals: for bf16/fp32 the scale (amax / 127) is an fp32
-    # subnormal, which the kernels must keep (no flush to zero) to match the reference.
-    x[2, 0] = -torch.finfo(dtype).tiny  # one tiny nonzero: amax > 0, q = -127 there
-    x[3] = torch.finfo(dtype).tiny * 4
-    x[4, :] = x[4, :1]  # a constant row: every q = +-127
-    check_per_token(x)
-
-
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-def test_per_token_strided_inputs(dtype):
-    base = rows_with_spread(3 * 7, 40, dtype).view(3, 7, 40)
-    check_per_token(base[..., 3:36])  # row stride 40 > K = 33, leading dims merge: no copy
-    check_per_token(base[:, 1:6, :17])  # leading dims that do not merge (reshape copies)
-    check_per_token(base.transpose(0, 1)[..., :8])  # permuted leading dims
-    check_per_token(base[:, 2, 5:6])  # K = 1
-
-
 @pytest.mark.parametrize(
     "config",
     [
@@ -201,7 +120,7 @@ def test_per_token_forced_configs(config, k):
 
 
 def test_per_token_long_rows_take_the_streaming_path():
-    k = quant.PER_TOKEN_MAX_SINGLE_PASS_K + 1000 + 3
+    k = quant_configs.PER_TOKEN_MAX_SINGLE_PASS_K + 1000 + 3
     assert not quant.per_token_config(k).single_pass
     check_per_token(plant_special_rows(rows_with_spread(5, k, torch.float16)))
 
@@ -209,7 +128,7 @@ def test_per_token_long_rows_take_the_streaming_path():
 def test_per_token_configs_heuristic():
     for k in (1, 3, 17, 100, 1000, 4096, 14336, 16384, 16385, 32768):
         cfg = quant.per_token_config(k)
-        assert cfg.single_pass == (k <= quant.PER_TOKEN_MAX_SINGLE_PASS_K)
+        assert cfg.single_pass == (k <= quant_configs.PER_TOKEN_MAX_SINGLE_PASS_K)
         assert not cfg.single_pass or cfg.block_k >= k
         for v in (cfg.block_k, cfg.rows, cfg.num_warps):
             assert v & (v - 1) == 0, cfg
@@ -261,15 +180,6 @@ def test_static_random_and_special_values(shape, dtype, zp_kind):
             flat[i * 5] = v
     scale = torch.rand((), device=DEVICE) * 0.05 + 0.01
     check_static(x, scale.reshape(1), zp)
-
-
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("zp_kind", ["none", "int8"])
-def test_static_exact_ties(dtype, zp_kind):
-    zp = ZERO_POINTS[zp_kind]() if ZERO_POINTS[zp_kind] else None
-    s = 2.0 ** -5
-    x = ((torch.arange(-140, 140, device=DEVICE).float() + 0.5) * s).view(4, 70).to(dtype)
-    check_static(x, torch.tensor([s], device=DEVICE), zp)
 
 
 def test_static_strided_and_degenerate_scales():
@@ -329,23 +239,9 @@ def run_scaled_mm(m, n, k, a_per_row, b_per_col, bias_kind, out_dtype, strided, 
     buf = torch.full((m + 1, n + 3), float("nan"), dtype=out_dtype, device=DEVICE)
     out = buf[:m, :n]
     mm.scaled_mm_out(a, b, a_scale, b_scale, bias, out, config)
-    assert_within_1ulp(out, ref)
+    assert_ulp_close(out, ref, max_ulp("triton", DEVICE, out.dtype))
     assert bool(buf[m:].isnan().all()) and bool(buf[:, n:].isnan().all()), "wrote outside out"
     return out, ref
-
-
-@pytest.mark.parametrize("m", [1, 3, 17, 33, 100])
-@pytest.mark.parametrize("n", [1, 7, 64, 100])
-@pytest.mark.parametrize("k", [1, 15, 16, 33, 128])
-def test_scaled_mm_odd_shapes(m, n, k):
-    # Each shape takes one epilogue variant, rotating so all 24 are covered ~4 times.
-    i = m * 31 + n * 7 + k
-    run_scaled_mm(m, n, k, *EPILOGUES[i % len(EPILOGUES)], strided=bool(i % 2))
-
-
-@pytest.mark.parametrize("a_per_row,b_per_col,bias_kind,out_dtype", EPILOGUES)
-def test_scaled_mm_every_epilogue(a_per_row, b_per_col, bias_kind, out_dtype):
-    run_scaled_mm(33, 100, 130, a_per_row, b_per_col, bias_kind, out_dtype, strided=True)
 
 
 @pytest.mark.parametrize("config", mm.SCALED_MM_CONFIGS, ids=lambda c: c.name)
@@ -358,41 +254,6 @@ def test_scaled_mm_halved_block_n():
     cfg = mm.select_config(8, 4096, num_sms=132)
     assert cfg.block_n == 32 and cfg.name == "decode"
     run_scaled_mm(5, 200, 100, True, True, "bf16", torch.float16, strided=False, config=cfg)
-
-
-def test_scaled_mm_scale_and_bias_layouts():
-    """[M, 1] / [M] / 0-dim scales, [N] / [N, 1] / strided b_scale, an fp16 bias."""
-    m, n, k = 9, 20, 40
-    a = rand_int8_full_range(m, k, 0)
-    b = rand_int8_full_range(n, k, 0)
-    bias = (torch.randn(n, device=DEVICE) * 4).half()
-    sb_wide = rand_scales(2 * n, True).reshape(-1)
-    for a_scale, b_scale in [
-        (rand_scales(m, True), rand_scales(n, True)),  # [M, 1], [N, 1]
-        (rand_scales(m, True).reshape(-1), sb_wide[::2]),  # [M], strided [N]
-        (rand_scales(1, False).reshape(()), rand_scales(1, False).reshape(())),  # 0-dim
-    ]:
-        ref = reference.scaled_mm(a, b, a_scale, b_scale, bias, torch.bfloat16)
-        assert_within_1ulp(mm.scaled_mm(a, b, a_scale, b_scale, bias, torch.bfloat16), ref)
-
-
-def test_scaled_mm_nan_scale_rows_and_empty():
-    m, n, k = 6, 10, 24
-    a, b = rand_int8_full_range(m, k, 0), rand_int8_full_range(n, k, 0)
-    a_scale = rand_scales(m, True)
-    a_scale[2] = float("nan")  # what quantize_per_token returns for a row with Inf/NaN
-    b_scale = rand_scales(n, True)
-    ref = reference.scaled_mm(a, b, a_scale, b_scale, None, torch.float16)
-    out = mm.scaled_mm(a, b, a_scale, b_scale, None, torch.float16)
-    assert bool(out[2].isnan().all())
-    assert_within_1ulp(out, ref)
-    empty = mm.scaled_mm(a[:0], b, a_scale[:0], b_scale)
-    assert empty.shape == (0, n) and empty.dtype == torch.bfloat16
-    empty_n = mm.scaled_mm(a, b[:0], a_scale, b_scale[:0])
-    assert empty_n.shape == (m, 0)
-    for bias in (None, make_bias(n, "fp32")):  # K = 0: acc = 0, out = bias (or 0; NaN on row 2)
-        zero_k = mm.scaled_mm(a[:, :0], b[:, :0], a_scale, b_scale, bias)
-        assert_within_1ulp(zero_k, reference.scaled_mm(a[:, :0], b[:, :0], a_scale, b_scale, bias))
 
 
 def test_select_config_table():
@@ -413,33 +274,12 @@ def test_select_config_table():
 
 
 @gpu_only
-@pytest.mark.parametrize("m", [1, 16, 17, 64, 128, 129, 1000])
-@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
-def test_cuda_scaled_mm_4096(m, out_dtype):
-    run_scaled_mm(m, 4096, 4096, True, True, "bf16", out_dtype, strided=False)
-
-
-@gpu_only
-@pytest.mark.parametrize("m,n,k", [(256, 768, 512), (2048, 1280, 256), (4096, 512, 1024), (512, 14336, 4096),
-                                   (3000, 4096, 14336)])
-def test_cuda_scaled_mm_256_multiples(m, n, k):
-    run_scaled_mm(m, n, k, True, True, "fp32", torch.bfloat16, strided=False)
-
-
-@gpu_only
 @pytest.mark.parametrize("m", [1, 100, 2000])
 def test_cuda_scaled_mm_epilogue_is_bit_exact(m):
     """The fp32 epilogue is the reference's, FMA contraction off: on a GPU the only rounding
     left is fp32 -> out_dtype (round to nearest even), so no ulp of slack should be needed."""
     out, ref = run_scaled_mm(m, 1024, 1024, True, True, "fp32", torch.bfloat16, strided=True)
-    assert_within_1ulp(out, ref, max_ulp=0)
-
-
-@gpu_only
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("m,k", [(1000, 4096), (257, 14336), (64, 16384), (9, 32768 + 123)])
-def test_cuda_per_token_llm_shapes(dtype, m, k):
-    check_per_token(plant_special_rows(rows_with_spread(m, k, dtype)))
+    assert_ulp_close(out, ref, max_ulp=0)
 
 
 @gpu_only
@@ -463,7 +303,7 @@ def test_cuda_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     q, s = reference.quantize_per_token(x)
-    assert_within_1ulp(out, reference.scaled_mm(q, w, s, w_scale, bias, torch.bfloat16))
+    assert_ulp_close(out, reference.scaled_mm(q, w, s, w_scale, bias, torch.bfloat16), max_ulp=0)
 
 
 # --- offline sm_90 compilation: properties of the real GPU code, checked without a GPU ----------

@@ -1,7 +1,7 @@
 """Concurrency (issue 11, point 6): two threads making the first calls together.
 
 What is initialised lazily, on first use: importing w8a8 (loads w8a8._C and registers the
-ops; Python's import lock makes that once), the backend choice (backends._best, an
+ops; Python's import lock makes that once), the kernel choice (dispatch._best, an
 lru_cache), W8A8Linear's route (linear._fused_route_cached), the first import of the
 Triton kernels (ops._triton), each Triton kernel's compilation and the Triton config and
 SM-count caches (triton/quant.py, triton/scaled_mm.py), and on the C++ side the device
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from w8a8 import backends
+from w8a8 import dispatch
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = torch.cuda.is_available()
@@ -38,7 +38,7 @@ import torch
 
 BACKEND, DEVICE, ITERS = sys.argv[1], sys.argv[2], int(sys.argv[3])
 QUANT, MM = {"reference": ("reference", "reference"), "triton": ("triton", "triton"),
-             "cutlass": ("cuda", "cutlass"), "auto": (None, None)}[BACKEND]
+             "sm90": ("cuda", "sm90"), "auto": (None, None)}[BACKEND]
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32
 M, N, K = (33, 256, 512) if DEVICE == "cuda" else (9, 24, 64)
 
@@ -159,7 +159,7 @@ def _params():
     interp = pytest.mark.skipif(torch.cuda.is_available(), reason="Triton's interpreter is the CPU (CI) path")
     out = [pytest.param("cpu", b, id=f"cpu-{b}", marks=interp if b == "triton" else ())
            for b in ("reference", "triton", "auto")]
-    for b in ("cutlass", "triton", "auto"):
+    for b in ("sm90", "triton", "auto"):
         out.append(pytest.param("cuda", b, id=f"cuda-{b}", marks=pytest.mark.cuda))
     return out
 
@@ -167,11 +167,11 @@ def _params():
 @pytest.mark.parametrize("device,backend", _params())
 def test_two_threads_first_calls(tmp_path, device, backend):
     if device == "cuda":
-        need = {"cutlass": ("cutlass", "scaled_mm"), "triton": ("triton", "scaled_mm")}.get(backend)
-        if need and backends.unavailable_reason(need[0], torch.device("cuda"), need[1]) is not None:
-            pytest.skip(backends.unavailable_reason(need[0], torch.device("cuda"), need[1]))
-        if backend == "cutlass" and backends.unavailable_reason("cuda", torch.device("cuda"), "quantize_per_token") is not None:
-            pytest.skip(backends.unavailable_reason("cuda", torch.device("cuda"), "quantize_per_token"))
+        needs = {"sm90": [("scaled_mm", "sm90"), ("quantize_per_token", "cuda")], "triton": [("scaled_mm", "triton")]}
+        for op, kernel in needs.get(backend, []):
+            reason = dispatch.unavailable_reason(op, kernel, torch.device("cuda"))
+            if reason is not None:
+                pytest.skip(reason)
     iters = 3 if device == "cpu" else 20
     report = _run(tmp_path, backend, device, iters)
     assert report["errors"] == [], "\n".join(report["errors"])

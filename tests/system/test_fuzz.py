@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import w8a8
-from w8a8 import backends, reference
+from w8a8 import dispatch, reference
 from helpers import assert_ulp_close
 
 ON_GPU = torch.cuda.is_available()
@@ -23,7 +23,7 @@ DIMS = st.one_of(st.sampled_from([1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33]), st.in
 
 
 def _available(op="scaled_mm"):
-    return [b for b in backends.BACKENDS if backends.unavailable_reason(b, torch.device(DEVICE), op) is None]
+    return [b for b in dispatch.BACKENDS[op] if dispatch.unavailable_reason(op, b, torch.device(DEVICE)) is None]
 
 
 def _exact(a, b, a_scale, b_scale, bias, out_dtype):
@@ -49,8 +49,8 @@ def test_scaled_mm_every_backend_matches_exact_math(m, n, k, per_token, per_chan
     bias_t = None if bias is None else torch.randn(n, generator=g).to(torch.float32 if bias == "fp32" else out_dtype).to(DEVICE)
     expected = _exact(a, b, a_scale, b_scale, bias_t, out_dtype)
     for backend in _available():
-        if backend in ("cutlass", "cutlass_sm80") and (k % 16 or n % 8 or a.data_ptr() % 16 or (m > 1 and a.stride(0) % 16)):
-            continue  # refused with an error (tests/test_cutlass_sm90.py); backend=None routes these to Triton
+        if backend in ("sm90", "sm80") and (k % 16 or n % 8 or a.data_ptr() % 16 or (m > 1 and a.stride(0) % 16)):
+            continue  # refused with an error (tests/test_scaled_mm.py); backend=None routes these to Triton
         out = w8a8.scaled_mm(a, b, a_scale, b_scale, bias_t, out_dtype, backend=backend)
         assert out.shape == (m, n) and out.dtype == out_dtype
         assert_ulp_close(out, expected, max_ulp=1)
@@ -81,8 +81,8 @@ def test_quantizers_match_reference_bit_for_bit(rows, k, dtype, magnitude, speci
 
 @pytest.mark.parametrize("backend", ["reference", "triton"])
 def test_same_bits_every_run(backend):
-    if backends.unavailable_reason(backend, torch.device(DEVICE)) is not None:
-        pytest.skip(backends.unavailable_reason(backend, torch.device(DEVICE)))
+    if dispatch.unavailable_reason("scaled_mm", backend, torch.device(DEVICE)) is not None:
+        pytest.skip(dispatch.unavailable_reason("scaled_mm", backend, torch.device(DEVICE)))
     a = torch.randint(-128, 128, (17, 64), dtype=torch.int8, device=DEVICE)
     b = torch.randint(-128, 128, (24, 64), dtype=torch.int8, device=DEVICE)
     sa, sb = torch.rand(17, 1, device=DEVICE), torch.rand(24, device=DEVICE)

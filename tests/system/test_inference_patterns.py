@@ -1,7 +1,7 @@
 """The three ways a server runs W8A8 layers - eager, torch.compile, CUDA graphs - on a
 small decoder stack built of W8A8Linear (w8a8.demo's blocks), each checked against eager.
 
-GPU tests use bf16 stacks, which take the single-op path ``w8a8::linear_cutlass`` on sm90;
+GPU tests use bf16 stacks, which take the single-op path ``w8a8::linear_sm90`` on sm90;
 the compile tests also run on the CPU reference path (fp32).
 """
 import pytest
@@ -119,11 +119,11 @@ def test_graphs_sharing_one_memory_pool():
 
 @gpu
 def test_bf16_sm90_layers_take_the_single_op_path():
-    from w8a8 import backends
+    from w8a8 import dispatch
 
-    if backends.unavailable_reason("cutlass", torch.device("cuda")) is not None:
+    if dispatch.unavailable_reason("scaled_mm", "sm90", torch.device("cuda")) is not None:
         pytest.skip("no CUTLASS kernel on this GPU")
     model, dtype = _stack("cuda")
     explanation = torch._dynamo.explain(model)(_inputs(2, "cuda", dtype))
     code = "\n".join(g.code for g in explanation.graphs)
-    assert "w8a8.linear_cutlass" in code, code
+    assert "w8a8.linear_sm90" in code, code

@@ -20,7 +20,8 @@ import pytest
 import torch
 
 import w8a8
-from w8a8 import backends
+from w8a8 import dispatch
+from helpers import kernel_params
 from helpers import capture_graph, poison_allocator, rand_int8, rand_scale
 
 RUNS = 100
@@ -32,15 +33,7 @@ QUANT_SHAPES = {"cpu": (9, 100), "cuda": (257, 4104)}
 
 
 def _params(op: str):
-    family = "scaled_mm" if op == "scaled_mm" else "quantize_per_token"
-    names = [b for b in backends.BACKENDS if (b != "cuda" if op == "scaled_mm" else not b.startswith("cutlass"))]
-    out = []
-    for device in DEVICES:
-        for b in names:
-            reason = backends.unavailable_reason(b, torch.device(device), family)
-            marks = [pytest.mark.skip(reason=f"backend {b!r} on {device}: {reason}")] if reason else []
-            out.append(pytest.param(device, b, id=f"{device}-{b}", marks=marks))
-    return out
+    return kernel_params("scaled_mm" if op == "scaled_mm" else "quantize_per_token", devices=DEVICES)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -135,10 +128,10 @@ def _replays_equal_eager(fn, what: str) -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("backend", ["cutlass", "cutlass_sm80", "triton"])
+@pytest.mark.parametrize("backend", ["sm90", "sm80", "triton"])
 def test_scaled_mm_graph_replays(backend):
-    if backends.unavailable_reason(backend, torch.device("cuda")) is not None:
-        pytest.skip(f"backend {backend!r}: {backends.unavailable_reason(backend, torch.device('cuda'))}")
+    if dispatch.unavailable_reason("scaled_mm", backend, torch.device("cuda")) is not None:
+        pytest.skip(f"backend {backend!r}: {dispatch.unavailable_reason('scaled_mm', backend, torch.device('cuda'))}")
     a, b, sa, sb, bias = _mm_operands("cuda")
     _replays_equal_eager(lambda: w8a8.scaled_mm(a, b, sa, sb, bias, torch.bfloat16, backend=backend), f"scaled_mm {backend}")
 
@@ -146,8 +139,8 @@ def test_scaled_mm_graph_replays(backend):
 @pytest.mark.cuda
 @pytest.mark.parametrize("backend", ["cuda", "triton"])
 def test_quantizer_graph_replays(backend):
-    if backends.unavailable_reason(backend, torch.device("cuda"), "quantize_per_token") is not None:
-        pytest.skip(backends.unavailable_reason(backend, torch.device("cuda"), "quantize_per_token"))
+    if dispatch.unavailable_reason("quantize_per_token", backend, torch.device("cuda")) is not None:
+        pytest.skip(dispatch.unavailable_reason("quantize_per_token", backend, torch.device("cuda")))
     x = _x("cuda")
     scale, zp = torch.tensor([0.05], device="cuda"), torch.tensor([5], dtype=torch.int32, device="cuda")
     _replays_equal_eager(
@@ -165,7 +158,7 @@ def test_w8a8linear_graph_replays(m):
 
 
 def _need_cutlass_sm90():
-    reason = backends.unavailable_reason("cutlass", torch.device("cuda"))
+    reason = dispatch.unavailable_reason("scaled_mm", "sm90", torch.device("cuda"))
     if reason is not None:
         pytest.skip(reason)
     if torch.cuda.get_device_capability() != (9, 0):
@@ -173,17 +166,19 @@ def _need_cutlass_sm90():
 
 
 @pytest.mark.sm90
-@pytest.mark.parametrize("kwargs", [{"split_k": 4}, {"scheduler": "streamk"}, {}], ids=["split_k=4", "streamk", "heuristic"])
-def test_split_k_deterministic_over_runs_and_replays(kwargs):
+@pytest.mark.parametrize("split_k,scheduler", [(4, "auto"), (None, "streamk"), (None, "auto")],
+                         ids=["split_k=4", "streamk", "heuristic"])
+def test_split_k_deterministic_over_runs_and_replays(split_k, scheduler):
     _need_cutlass_sm90()
-    m, n, k = 3, 4096, 14336  # decode through a long K: the heuristic runs the GEMV here (tests/test_cutlass_decode_kernels.py)
+    m, n, k = 3, 4096, 14336  # decode through a long K: the heuristic runs the GEMV here (tests/test_sm90.py)
     a, b = rand_int8(m, k, device="cuda"), rand_int8(n, k, device="cuda")
     sa, sb, bias = rand_scale(m, 1, device="cuda"), rand_scale(n, device="cuda"), torch.randn(n, device="cuda")
-    plan = w8a8.cutlass_plan(m, n, k, **kwargs)
-    if "split_k" in kwargs:
+    op = torch.ops.w8a8.scaled_mm_sm90
+    plan = tuple(torch.ops.w8a8.scaled_mm_sm90_plan(m, n, k, "", split_k, scheduler))
+    if split_k is not None:
         assert plan[1:] == ("split_k", 4), plan
-    run = lambda: w8a8.scaled_mm(a, b, sa, sb, bias, backend="cutlass", **kwargs)  # noqa: E731
+    run = lambda: op(a, b, sa, sb, bias, torch.bfloat16, "", split_k, scheduler)  # noqa: E731
     runs = _repeat(run, "cuda", m * n * 2)
-    unsplit = w8a8.scaled_mm(a, b, sa, sb, bias, backend="cutlass", split_k=1)
-    _assert_same_bits([[unsplit]] + runs, f"CUTLASS {kwargs} (run 0 = split_k=1)")
-    _replays_equal_eager(run, f"CUTLASS {kwargs} graph")
+    unsplit = op(a, b, sa, sb, bias, torch.bfloat16, "", 1, "auto")
+    _assert_same_bits([[unsplit]] + runs, f"sm90 split_k={split_k} {scheduler} (run 0 = split_k=1)")
+    _replays_equal_eager(run, f"sm90 split_k={split_k} {scheduler} graph")

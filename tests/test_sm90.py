@@ -1,0 +1,233 @@
+"""The sm90 table (``w8a8::scaled_mm_sm90``, ``w8a8._C``) on a Hopper GPU: every config
+entry forced by name, the decode kernels (dp4a GEMV, mma.sync skinny GEMM), split-K and
+stream-K through the plan op and the kernel op's ``split_k`` / ``scheduler``, CUDA graphs,
+and the SASS. Entries are addressed by name from ``dispatch.config_names("sm90")``.
+
+Every output equals the reference bit for bit (``KERNEL_ULP``): int32 partial sums in any
+split order give the same accumulator, and the epilogue rounds like the reference.
+"""
+import subprocess
+
+import pytest
+import torch
+
+from w8a8 import dispatch
+from helpers import (SM90, assert_exact, capture_graph, cuobjdump, mm_operands, poison_allocator, rand_int8, rand_scale,
+                     ref_scaled_mm, requires_sm90)
+
+pytestmark = [pytest.mark.sm90, requires_sm90]
+
+NAMES = dispatch.config_names("sm90") if SM90 else ()
+# Collected on any machine (skipped without the library): the ids are names where it is built.
+ENTRIES = list(NAMES) or ["<sm90 table: needs w8a8._C>"]
+DECODE = [n for n in NAMES if n.startswith(("gemv", "skinny"))] or ["<decode entries>"]
+GEMV = [n for n in NAMES if n.startswith("gemv")]
+op = torch.ops.w8a8.scaled_mm_sm90 if SM90 else None
+plan = torch.ops.w8a8.scaled_mm_sm90_plan if SM90 else None
+
+
+def _run(*operands, out_dtype=torch.bfloat16, config="", split_k=None, scheduler="auto"):
+    a, b = operands[0], operands[1]
+    poison_allocator(a.shape[0] * b.shape[0] * 2, "cuda")
+    out = op(*operands, out_dtype, config, split_k, scheduler)
+    torch.cuda.synchronize()
+    return out
+
+
+def _check(*operands, out_dtype=torch.bfloat16, **kwargs):
+    out = _run(*operands, out_dtype=out_dtype, **kwargs)
+    assert_exact(out, ref_scaled_mm(*operands, out_dtype))
+    return out
+
+
+# --- the table ---------------------------------------------------------------------------------
+
+
+def test_the_table_has_tiles_and_decode_kernels():
+    assert len(NAMES) == len(set(NAMES)), "entry names must be unique"
+    assert any(n.startswith("gemv_dp4a_ksplit") for n in NAMES), NAMES
+    assert any(n.startswith("skinny_mma_ksplit") for n in NAMES), NAMES
+    assert any("streamk" in n for n in NAMES) and any("pingpong" in n or "coop" in n for n in NAMES), NAMES
+    assert 90 in dispatch.archs("sm90")
+
+
+@pytest.mark.parametrize("config", ENTRIES)
+@pytest.mark.parametrize("m,n,k", [(1, 8, 16), (17, 136, 272), (129, 1000, 528), (300, 4096, 4096)])
+def test_every_entry_forced_by_name(config, m, n, k):
+    """Partial tiles in M, N and K on every entry."""
+    _check(*mm_operands(m, n, k, "cuda"), config=config)
+
+
+@pytest.mark.parametrize("config", ENTRIES)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("per_token,per_channel,bias_kind", [(True, True, "fp32"), (False, True, None),
+                                                             (True, False, "out"), (False, False, "fp32")])
+def test_every_entry_epilogue(config, out_dtype, per_token, per_channel, bias_kind):
+    bias_dtype = {None: None, "fp32": torch.float32, "out": out_dtype}[bias_kind]
+    _check(*mm_operands(33, 520, 1024, "cuda", per_token, per_channel, bias_dtype), out_dtype=out_dtype, config=config)
+
+
+def test_an_unknown_entry_is_refused():
+    with pytest.raises((ValueError, RuntimeError), match="no_such_entry"):
+        _run(*mm_operands(4, 64, 64, "cuda"), config="no_such_entry")
+
+
+# --- the decode kernels ----------------------------------------------------------------------
+
+# Token tiles of 1, 2 and 4 (M = 3 pads one) and of 8 and 16 (M = 5, 9 pad), several tiles
+# (5, 8, 9, 17, 33), N and K from one 16-byte chunk to K loops with a partial last step for
+# each K split; N = 24, 136, 1000 end inside a 16-row group of the skinny GEMM.
+M_DECODE = [1, 2, 3, 4, 5, 8, 9, 16, 17, 33]
+NK_DECODE = [(8, 16), (24, 48), (136, 272), (1000, 528), (4096, 4096), (2048, 14336), (264, 1040)]
+
+
+@pytest.mark.parametrize("n,k", NK_DECODE)
+@pytest.mark.parametrize("m", M_DECODE)
+@pytest.mark.parametrize("config", DECODE)
+def test_decode_entries_every_k_split(config, m, n, k):
+    _check(*mm_operands(m, n, k, "cuda"), config=config)
+
+
+@pytest.mark.parametrize("m", [1, 3, 11])
+def test_decode_entries_row_strided_activation(m):
+    operands = mm_operands(m, 1024, 4096, "cuda", a_pad=64)
+    for config in DECODE:
+        _check(*operands, config=config)
+
+
+def test_decode_entries_accumulate_extreme_codes_exactly():
+    # -128 * -128 summed over K = 14336 is 234881024: far past fp32's 2^24, exact in int32.
+    m, n, k = 13, 64, 14336
+    a = torch.full((m, k), -128, dtype=torch.int8, device="cuda")
+    b = torch.full((n, k), -128, dtype=torch.int8, device="cuda")
+    b[1::2] = 127
+    sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(n, device="cuda")
+    for config in DECODE:
+        _check(a, b, sa, sb, None, out_dtype=torch.float16, config=config)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_the_heuristic_runs_the_gemv_for_a_few_tokens(m):
+    for n, k in ((4096, 4096), (4096, 14336), (28672, 4096), (8, 16)):
+        name, decomposition, splits = plan(m, n, k)
+        assert name.startswith("gemv") and name.endswith(f"ksplit{splits}"), (name, n, k)
+        assert (decomposition, splits) == (("split_k", splits) if splits > 1 else ("data_parallel", 1))
+    _check(*mm_operands(m, 4096, 14336, "cuda"))
+    assert plan(5, 4096, 4096)[0].startswith("skinny"), "past the GEMV's tokens the skinny GEMM takes over"
+
+
+@pytest.mark.parametrize("m", [5, 9, 16])
+def test_the_heuristic_runs_the_skinny_gemm_past_the_gemv(m):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for n, k in ((4096, 4096), (4096, 14336), (28672, 4096), (8192, 8192), (8, 16)):
+        # Split 8 (one 16-row group per CTA) unless that grid ends in a partial second wave.
+        ctas = -(-n // 16)
+        expected = 4 if 2 * sms < ctas <= 4 * sms else 8
+        assert tuple(plan(m, n, k)) == (f"skinny_mma_ksplit{expected}", "split_k", expected), (n, k)
+    _check(*mm_operands(m, 4096, 14336, "cuda"))
+    assert not plan(17, 4096, 4096)[0].startswith(("gemv", "skinny"))
+
+
+def test_split_requests_at_a_few_tokens_keep_the_cutlass_tiles():
+    assert not plan(1, 4096, 4096, "", 3)[0].startswith("gemv")
+    assert not plan(1, 4096, 4096, "", None, "streamk")[0].startswith("gemv")
+    # split_k = 1 ("no split") on a forced GEMV entry runs it unsplit; a split request refuses it.
+    assert tuple(plan(1, 4096, 4096, GEMV[-1], 1))[1:] == ("data_parallel", 1)
+    with pytest.raises((ValueError, RuntimeError), match="decode kernel"):
+        plan(1, 4096, 4096, GEMV[0], 2)
+
+
+# --- split-K and stream-K --------------------------------------------------------------------
+
+
+# K = 4112 = 32 x 128 + 16: the last K tile is partial; 14336: the decode down-projections.
+@pytest.mark.parametrize("k", [4112, 14336])
+@pytest.mark.parametrize("m", [1, 3, 17, 64, 100, 300])
+@pytest.mark.parametrize("split_k", [1, 2, 3, 4, 7, 8])
+def test_split_counts(m, k, split_k):
+    _check(*mm_operands(m, 1032, k, "cuda"), split_k=split_k)  # N: 9 tiles of 128, the last partial
+
+
+@pytest.mark.parametrize("scheduler", ["persistent", "streamk", "auto"])
+@pytest.mark.parametrize("m", [1, 16, 33, 128, 257, 1000])
+def test_schedulers(m, scheduler):
+    _check(*mm_operands(m, 2048, 8192 + 48, "cuda"), out_dtype=torch.float16, scheduler=scheduler)
+
+
+def test_split_k_does_not_change_bits_and_runs_are_deterministic():
+    operands = mm_operands(16, 4096, 14336, "cuda")
+    base = _check(*operands, split_k=1)
+    for kwargs in ({"split_k": 2}, {"split_k": 5}, {"split_k": 8}, {"scheduler": "streamk"}, {}):
+        for _ in range(3):
+            assert torch.equal(_run(*operands, **kwargs), base), kwargs
+
+
+def test_heuristic_plans():
+    # Decode (M <= 16) runs the decode kernels, whose K split is inside the CTA; through a
+    # long K on few rows it is split 8 ways.
+    assert tuple(plan(16, 4096, 14336)) == ("skinny_mma_ksplit8", "split_k", 8)
+    # Past them the CUTLASS tiles run unsplit: scheduler "auto" never splits K by itself.
+    for m, n, k in ((17, 4096, 14336), (64, 8192, 28672), (2048, 4096, 14336)):
+        assert plan(m, n, k)[1] == "data_parallel", (m, n, k)
+        assert plan(m, n, k)[0] in NAMES
+    # Explicit requests are honoured.
+    assert tuple(plan(1, 4096, 4096, "", 3))[1:] == ("split_k", 3)
+    assert tuple(plan(1, 4096, 14336, "", 1))[1:] == ("data_parallel", 1)
+    assert tuple(plan(1, 4096, 14336, "", None, "persistent"))[1:] == ("data_parallel", 1)
+    assert plan(2048, 4096, 14336, "", None, "streamk")[1] == "stream_k"
+    assert tuple(plan(2048, 4096, 14336, "", 2))[1:] == ("split_k", 2)
+
+
+def test_split_k_in_a_cuda_graph():
+    # The split-K fix-up needs its lock workspace zeroed before every launch: that memset
+    # must be part of the graph, or the second replay deadlocks or reads stale partials.
+    m, n, k = 4, 4096, 14336
+    a, b, sa, sb, bias = mm_operands(m, n, k, "cuda")
+    graph, out = capture_graph(lambda: op(a, b, sa, sb, bias, torch.bfloat16, "", 4, "auto"))
+    for _ in range(5):
+        a.copy_(rand_int8(m, k, device="cuda"))
+        sa.copy_(rand_scale(m, 1, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_exact(out, ref_scaled_mm(a, b, sa, sb, bias, torch.bfloat16))
+
+
+@pytest.mark.parametrize("m", [2, 10])
+def test_decode_entries_deterministic_and_graph_capturable(m):
+    operands = mm_operands(m, 4096, 14336, "cuda")
+    for config in DECODE:
+        first = _run(*operands, config=config)
+        for _ in range(20):
+            assert torch.equal(_run(*operands, config=config), first), config
+    a, b, sa, sb, bias = operands
+    graph, out = capture_graph(lambda: op(a, b, sa, sb, bias, torch.bfloat16, "", None, "auto"))
+    a.copy_(rand_int8(*a.shape, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_exact(out, ref_scaled_mm(a, b, sa, sb, bias, torch.bfloat16))
+
+
+@pytest.mark.parametrize(
+    "split_k,scheduler,match",
+    [(0, "auto", "split_k"), (-2, "auto", "split_k"), (None, "fast", "scheduler"), (2, "persistent", "split_k"),
+     (9, "auto", "split_k")],
+)
+def test_bad_split_values_are_refused(split_k, scheduler, match):
+    """K = 512: 4 K tiles of 128, so at most 4 splits. The message names the op and the value
+    (wording: the C++ side's)."""
+    operands = mm_operands(2, 256, 512, "cuda", bias_dtype=None)
+    with pytest.raises((ValueError, RuntimeError), match=rf"scaled_mm.*{match}"):
+        _run(*operands, split_k=split_k, scheduler=scheduler)
+
+
+# --- the library ---------------------------------------------------------------------------------
+
+
+def test_built_kernels_use_igmma():
+    tool = cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not found")
+    import w8a8._C as ext
+
+    sass = subprocess.run([tool, "-sass", ext.__file__], capture_output=True, text=True, check=True).stdout
+    assert "IGMMA" in sass, "no IGMMA in the SASS of w8a8._C: the sm90 kernels are not on the wgmma path"
