@@ -36,6 +36,22 @@ def info() -> None:
         print("  default: " + ", ".join(f"{op} -> {b}" for op, b in chosen.items()))
 
 
+def quantize(args) -> int:
+    """``python -m w8a8 quantize``: a user error (bad folder, bad option, missing package) is one line on stderr, exit 2."""
+    from w8a8.checkpoint.convert import quantize_folder
+
+    try:
+        report = quantize_folder(args.src, args.out, args.act, tuple(args.skip), args.calib_batches)
+    except (ValueError, OSError, ImportError) as exc:
+        print(f"python -m w8a8 quantize: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    for name, db in report.sqnr_db.items():
+        print(f"  {name:50s} weight SQNR {db:6.1f} dB")
+    print(report.summary())
+    print(f"wrote {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m w8a8", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,13 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "info":
         info()
     elif args.command == "quantize":
-        from w8a8.checkpoint.convert import quantize_folder
-
-        report = quantize_folder(args.src, args.out, args.act, tuple(args.skip), args.calib_batches)
-        for name, db in report.sqnr_db.items():
-            print(f"  {name:50s} weight SQNR {db:6.1f} dB")
-        print(report.summary())
-        print(f"wrote {args.out}")
+        return quantize(args)
     elif args.command == "demo":
         from w8a8 import demo as demo_mod
 

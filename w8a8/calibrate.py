@@ -155,6 +155,11 @@ def smooth(
     and each Linear's static W8A8 error before and after (``summary()`` prints
     them). Calibrate the input scales after smoothing (``calibrate``), then
     ``quantize_model``.
+
+    Raises
+    ------
+    ValueError naming the layer, before anything changes, when its inputs held Inf/NaN
+    (as ``calibrate``) or its weight is not finite.
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"w8a8.smooth: alpha must be in [0, 1], got {alpha}")
@@ -166,12 +171,22 @@ def smooth(
     act = _record(model, linears, batches, lambda x: x.reshape(-1, x.shape[-1]).abs().amax(0), progress, "w8a8: smoothing")
     first = _first_inputs(model, linears, batches)
     before = {t: _static_w8a8_error(first[t], model.get_submodule(t).weight) for t in linears if t in first}
+    missing = [t for t in linears if t not in act]
+    if missing:  # checked before any norm is rescaled
+        raise ValueError(f"w8a8.smooth: the batches never reached {missing}")
+    for t in linears:
+        # as calibrate: an Inf/NaN token would give all-ones factors and a NaN report
+        if not torch.isfinite(act[t]).all():
+            bad = int((~torch.isfinite(act[t])).sum())
+            raise ValueError(
+                f"w8a8.smooth: layer {t!r} saw non-finite inputs (Inf/NaN in {bad} of {act[t].numel()} "
+                f"input channels' abs-max); needs finite calibration data"
+            )
+        if not torch.isfinite(model.get_submodule(t).weight).all():
+            raise ValueError(f"w8a8.smooth: layer {t!r} has a non-finite weight")
     factors = {}
     for norm_name, targets in mappings.items():
         norm = model.get_submodule(norm_name)
-        missing = [t for t in targets if t not in act]
-        if missing:
-            raise ValueError(f"w8a8.smooth: the batches never reached {missing}")
         a = torch.stack([act[t] for t in targets]).amax(0)
         w = torch.stack([model.get_submodule(t).weight.abs().amax(0).float() for t in targets]).amax(0)
         s = (a.pow(alpha) / w.pow(1 - alpha)).clamp(min=1e-5)

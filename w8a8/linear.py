@@ -7,6 +7,14 @@ from torch import nn
 from w8a8 import dispatch, ops, reference
 
 ACT_QUANT_MODES = ("dynamic", "static")
+# Buffers whose dtype is part of the format: module casts (.half(), .to(dtype), .type()) move
+# them but keep their dtype; load_state_dict refuses any other dtype for them.
+FIXED_DTYPES = {
+    "weight": torch.int8,
+    "weight_scale": torch.float32,
+    "input_scale": torch.float32,
+    "input_zero_point": torch.int8,
+}
 
 
 class W8A8Linear(nn.Module):
@@ -36,6 +44,12 @@ class W8A8Linear(nn.Module):
     accepts any leading dims, returns the input's dtype, and neither
     synchronises with the host nor branches on data, so it captures in CUDA
     graphs and compiles with ``fullgraph=True``.
+
+    Module casts (``.half()``, ``.bfloat16()``, ``.float()``, ``.to(dtype)``) cast the
+    bias only: ``weight`` stays int8 and the scales float32, bit for bit; device
+    moves move everything. ``load_state_dict`` refuses a state whose ``weight`` /
+    ``input_zero_point`` is not int8 or whose scales are not float (bf16 / fp16 scales
+    are upcast exactly), naming the key. Inference only: no gradients.
     """
 
     def __init__(
@@ -116,6 +130,52 @@ class W8A8Linear(nn.Module):
                 raise ValueError(f"W8A8Linear.from_linear: input_scale must be finite and > 0, got {s.item()}")
             module.input_scale.copy_(s)
         return module
+
+    def _apply(self, fn, recurse=True):
+        """Casts keep the int8 / fp32 buffers' dtype and values; device moves move them."""
+        fixed = {k: self._buffers.pop(k) for k in FIXED_DTYPES if self._buffers.get(k) is not None}
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            moved = {}
+            for key, t in fixed.items():
+                try:
+                    r = fn(t)
+                except BaseException:
+                    self._buffers.update(fixed)
+                    raise
+                moved[key] = r if r.dtype == t.dtype else t.to(device=r.device)
+            self._buffers.update(moved)
+        return self
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+        """Refuse wrong dtypes (a float weight would be truncated to int8, an int32 one wrapped), naming the key;
+        upcast bf16 / fp16 scales to float32 exactly and accept [N, 1] weight scales."""
+        problems = []
+        for name, want in FIXED_DTYPES.items():
+            key = prefix + name
+            if key not in state_dict or self._buffers.get(name) is None:
+                continue
+            t = state_dict[key]
+            if not isinstance(t, torch.Tensor):
+                continue  # torch reports it
+            if want == torch.float32:
+                if t.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+                    problems.append(f"{key}: expected dtype torch.float32 (or bfloat16 / float16), got {t.dtype}")
+                    continue
+                t = t.float()
+                if name == "weight_scale" and t.dim() == 2 and t.shape[1] == 1:
+                    t = t.reshape(-1)
+                state_dict[key] = t
+            elif t.dtype != want:
+                problems.append(f"{key}: expected dtype {want}, got {t.dtype} (quantize with W8A8Linear.from_linear)")
+        bias = state_dict.get(prefix + "bias")
+        if self.bias is not None and isinstance(bias, torch.Tensor) and not bias.dtype.is_floating_point:
+            problems.append(f"{prefix}bias: expected a float dtype, got {bias.dtype}")
+        if problems:
+            error_msgs.extend(f"W8A8Linear: {p}" for p in problems)
+            return
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ops.linear(x, self.weight, self.weight_scale, self.folded_bias(), self.input_scale,

@@ -5,24 +5,17 @@ The work of ``python -m w8a8 quantize SRC OUT``.
 from __future__ import annotations
 
 import os
-import shutil
 
 import torch
 
 from w8a8.calibrate import calibrate
-from w8a8.checkpoint.save import save_quantized
+from w8a8.checkpoint.hf import model_class_for, read_transformers_config
+from w8a8.checkpoint.load import local_folder
+from w8a8.checkpoint.safetensors_io import CheckpointError
+from w8a8.checkpoint.save import _inside, save_quantized
 from w8a8.quantize_model import QuantizationReport, quantize_model
 
-# Files copied from SRC as they are (the tokenizer and generation settings).
-_COPIED = (
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "tokenizer.model",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-)
+_FN = "w8a8 quantize"
 
 
 def quantize_folder(
@@ -38,8 +31,12 @@ def quantize_folder(
 
     Parameters
     ----------
-    src : a transformers causal-LM folder (config.json + *.safetensors).
-    out : the int8 folder (config.json with quantization_config, safetensors, tokenizer files).
+    src : a local transformers model folder (config.json + *.safetensors). The model
+        class comes from ``architectures`` in its config.json (causal LM as a fallback);
+        weights the folder does not hold for that class are refused, never initialised.
+    out : the int8 folder (config.json with quantization_config, safetensors, and every
+        non-weight file of ``src``: tokenizer, chat template, sentence-transformers modules).
+        Written atomically; must not be ``src`` nor hold it.
     act_quant : ``"dynamic"`` or ``"static"``; static scales are calibrated on
         ``calib_batches`` batches of ``calib_seq_len`` random token ids (a stand-in:
         calibrate on real text with ``w8a8.calibrate`` for a production model).
@@ -49,12 +46,40 @@ def quantize_folder(
     Returns
     -------
     The QuantizationReport (per-layer weight SQNR in dB).
+
+    Raises
+    ------
+    ValueError (CheckpointError for the source folder) before anything is written:
+    a missing SRC, OUT == SRC, an already quantized or non-safetensors SRC, a model class
+    whose weights SRC does not hold.
     """
     try:
         import transformers
     except ImportError as exc:
         raise ImportError("python -m w8a8 quantize needs Hugging Face transformers: pip install w8a8[hf]") from exc
-    model = transformers.AutoModelForCausalLM.from_pretrained(src, dtype="auto", use_safetensors=True).eval()
+    src = local_folder(src, _FN)
+    out = os.fspath(out)
+    if _inside(src, out):
+        raise ValueError(f"{_FN}: the output folder {out} would replace the source folder {src}; pick another")
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise ValueError(f"{_FN}: {out} exists and is not a folder")
+    config, raw = read_transformers_config(src, transformers, _FN)
+    cfg_path = os.path.join(src, "config.json")
+    if raw.get("quantization_config") or raw.get("compression_config"):
+        raise CheckpointError(f"{_FN}: {cfg_path} holds a quantization_config: {src} is already quantized")
+    if not any(n.endswith(".safetensors") for n in os.listdir(src)):
+        raise CheckpointError(f"{_FN}: {src} holds no .safetensors files (pickle files are never loaded)")
+    cls, origin = model_class_for(config, transformers)
+    model, info = cls.from_pretrained(
+        src, dtype="auto", use_safetensors=True, local_files_only=True, output_loading_info=True
+    )
+    model.eval()
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        raise CheckpointError(
+            f"{_FN}: {src} does not hold {len(missing)} weights of {type(model).__name__} (from {origin}): "
+            f"{missing[:5]}; they would be random"
+        )
     scales = None
     if act_quant == "static":
         g = torch.Generator().manual_seed(0)
@@ -62,10 +87,5 @@ def quantize_folder(
         batches = [torch.randint(0, vocab, (1, calib_seq_len), generator=g) for _ in range(calib_batches)]
         scales = calibrate(model, batches, skip=skip, progress=progress)
     report = quantize_model(model, skip=skip, act_quant=act_quant, input_scales=scales, progress=progress)
-    os.makedirs(out, exist_ok=True)
-    model.config.save_pretrained(out)
-    save_quantized(model, out, progress=progress)
-    for name in _COPIED:
-        if os.path.isfile(os.path.join(src, name)):
-            shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
+    save_quantized(model, out, progress=progress, source=src)
     return report

@@ -377,4 +377,7 @@ def load_quantized(
             m._buffers.clear(), m._buffers.update(buffers)
             m._modules.clear(), m._modules.update(modules)
         raise
+    from w8a8.checkpoint.save import install_save_pretrained
+
+    install_save_pretrained(model)
     return model
