@@ -99,7 +99,7 @@ def test_sharded_and_existing_config_updated(tmp_path):
         json.dump({"model_type": "tiny", "compression_config": {"old": 1}}, f)
     paths = w8a8.save_quantized(model, out, max_shard_bytes=2000, progress=False)
     assert len(paths) > 1 and os.path.exists(os.path.join(out, "model.safetensors.index.json"))
-    os.remove(os.path.join(out, "model.safetensors"))  # the earlier single file
+    assert not os.path.exists(os.path.join(out, "model.safetensors")), "the earlier single file is gone (the folder is swapped whole)"
     cfg = _read_json(os.path.join(out, "config.json"))
     assert cfg["model_type"] == "tiny" and "compression_config" not in cfg
     qc = cfg["quantization_config"]

@@ -1,4 +1,7 @@
-"""W8A8Linear against the float layer, and its module contract."""
+"""W8A8Linear: against the float nn.Linear (LINEAR_REL_TOL), against its definition on
+every GEMM kernel (bit for bit), static / dynamic / zero point, any leading dims, bias,
+use_compile, CUDA-graph replay on a GPU, and its module contract (state dict, meta device,
+repr). Its bad inputs: test_bad_inputs.py."""
 import io
 
 import pytest
@@ -7,13 +10,10 @@ from torch import nn
 
 import w8a8
 from w8a8 import reference
-from helpers import LINEAR_REL_TOL
+from helpers import (DEVICES, LINEAR_REL_TOL, assert_ulp_close, capture_graph, kernel_params, max_ulp, ref_linear,
+                     rel_err)
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-def _rel_err(out, ref):
-    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+_rel_err = rel_err
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -125,3 +125,61 @@ def test_any_leading_dims_and_single_token():
         out = layer(x)
         assert out.shape == (*shape[:-1], 16)
         assert torch.equal(out.reshape(-1, 16), layer(x.reshape(-1, 32)))
+
+
+# --- every kernel, zero points, graphs, compile -----------------------------------------------------
+
+
+@pytest.mark.parametrize("device,backend", kernel_params("linear"))
+@pytest.mark.parametrize("act_quant,zero_point,shape,use_compile", [
+    ("dynamic", False, (1, 64), False), ("dynamic", False, (3, 5, 64), True), ("static", False, (17, 64), False),
+    ("static", True, (3, 5, 64), False), ("static", True, (17, 64), True)], ids=str)
+def test_forced_kernels_equal_the_composition(device, backend, act_quant, zero_point, shape, use_compile):
+    """W8A8Linear on each GEMM kernel (forced) is its definition (quantize, then scaled_mm with
+    the folded bias), any leading dims, with and without torch.compile(fullgraph=True)."""
+    if use_compile and backend == "triton" and device == "cpu":
+        pytest.skip("Triton's interpreter does not trace")
+    layer = w8a8.W8A8Linear(64, 48, act_quant=act_quant, backend=backend, device=device, dtype=torch.bfloat16,
+                            input_zero_point=zero_point)
+    layer.load_state_dict(w8a8.W8A8Linear.from_linear(
+        nn.Linear(64, 48, device=device, dtype=torch.bfloat16), act_quant=act_quant,
+        **({"input_scale": 0.03} if act_quant == "static" else {})).state_dict(), strict=False)
+    if zero_point:
+        layer.input_zero_point.fill_(-7)
+    x = torch.randn(shape, device=device, dtype=torch.bfloat16)
+    fn = torch.compile(layer, fullgraph=True) if use_compile else layer
+    out = fn(x)
+    assert out.shape == (*shape[:-1], 48) and out.dtype == torch.bfloat16
+    assert_ulp_close(out, ref_linear(layer, x), max_ulp(backend, device, out.dtype))
+    if use_compile:
+        assert torch.equal(out, layer(x))
+
+
+def test_zero_point_folds_exactly():
+    """With an input zero point the layer equals s * w_scale * ((q - zp) @ W^T) + bias in fp32."""
+    layer = w8a8.W8A8Linear(32, 16, act_quant="static", input_zero_point=True)
+    layer.load_state_dict(w8a8.W8A8Linear.from_linear(nn.Linear(32, 16), act_quant="static", input_scale=0.02)
+                          .state_dict(), strict=False)
+    layer.input_zero_point.fill_(5)
+    x = torch.randn(6, 32)
+    q = reference.quantize_static(x, layer.input_scale, layer.input_zero_point)
+    acc = ((q.double() - 5) @ layer.weight.double().t()).float()  # exact: integers below 2^53
+    expected = layer.input_scale * (layer.weight_scale * acc) + layer.bias
+    assert rel_err(layer(x), expected) < 1e-6
+    assert "input_zero_point=True" in repr(layer)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("device,backend", kernel_params("linear", devices=("cuda",)))
+@pytest.mark.parametrize("m", [1, 16, 64, 65, 200])  # the single C++ op on sm90 up to 64 tokens, composed above
+def test_cuda_graph_replay(device, backend, m):
+    """Captured in a CUDA graph and replayed with new inputs: each replay is the reference's bits."""
+    lin = torch.nn.Linear(4096, 1024, bias=True, device="cuda", dtype=torch.bfloat16)
+    layer = w8a8.W8A8Linear.from_linear(lin, backend=None if backend == "reference" else backend)
+    x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+    graph, y = capture_graph(lambda: layer(x))
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_ulp_close(y, ref_linear(layer, x))
