@@ -198,7 +198,7 @@ def expected_tensors(model: nn.Module, layers: dict[str, LayerScheme], dtype=Non
     return specs, [names for names in by_id.values() if len(names) > 1]
 
 
-def check(infos: dict[str, TensorInfo], specs: dict[str, _Spec], aliases, strict: bool) -> None:
+def check(infos: dict[str, TensorInfo], specs: dict[str, _Spec], aliases, strict: bool, where: str = "checkpoint") -> None:
     """Presence, unexpected keys, dtype and shape of every tensor; raises CheckpointError listing all problems."""
     aliased = {n: group for group in aliases for n in group}
     problems = []
@@ -235,7 +235,7 @@ def check(infos: dict[str, TensorInfo], specs: dict[str, _Spec], aliases, strict
         if info.shape not in spec.shapes:
             problems.append(f"{name}: expected shape {' or '.join(str(list(s)) for s in spec.shapes)}, got {list(info.shape)}")
     if problems:
-        raise CheckpointError(f"{_FN}: checkpoint does not match the model:\n  " + "\n  ".join(problems))
+        raise CheckpointError(f"{_FN}: {where} does not match the model:\n  " + "\n  ".join(problems))
 
 
 def check_scales(name: str, t: torch.Tensor, weight: torch.Tensor | None = None) -> None:
@@ -314,7 +314,7 @@ def load_quantized(
         except ValueError as exc:
             raise CheckpointError(f"{_FN}: {exc}") from None
     specs, aliases = expected_tensors(model, layers, dtype)
-    check(infos, specs, aliases, strict)
+    check(infos, specs, aliases, strict, f"checkpoint {ckpt_dir}")
     persistent = set(model.state_dict(keep_vars=True))
     for name, buf in model.named_buffers():
         if buf.is_meta and name not in persistent and name.rpartition(".")[0] not in layers:
