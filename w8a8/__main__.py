@@ -43,7 +43,8 @@ def quantize(args) -> int:
     try:
         report = quantize_folder(args.src, args.out, args.act, tuple(args.skip), args.calib_batches)
     except (ValueError, OSError, ImportError) as exc:
-        print(f"python -m w8a8 quantize: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        message = " ".join(str(exc).split()).removeprefix("w8a8 quantize: ")
+        print(f"python -m w8a8 quantize: error: {message}", file=sys.stderr)
         return 2
     for name, db in report.sqnr_db.items():
         print(f"  {name:50s} weight SQNR {db:6.1f} dB")

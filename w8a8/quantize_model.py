@@ -57,10 +57,17 @@ def _direct_reader(name: str, module: nn.Module, parents: dict[str, nn.Module]) 
     """Why a Linear cannot be swapped because its parent reads its weight directly, or None.
 
     ``nn.MultiheadAttention`` passes ``out_proj.weight`` to ``F.multi_head_attention_forward``
-    without calling ``out_proj``; torch marks such Linears ``NonDynamicallyQuantizableLinear``.
+    without calling ``out_proj`` (torch marks such Linears ``NonDynamicallyQuantizableLinear``);
+    ``nn.TransformerEncoderLayer``'s inference fast path does the same with ``linear1`` / ``linear2``.
     """
     parent = parents.get(name.rpartition(".")[0])
-    if isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear) or isinstance(parent, nn.MultiheadAttention):
+    direct = (
+        isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear)
+        or isinstance(parent, nn.MultiheadAttention)
+        # its inference fast path hands linear1 / linear2 weights to one fused op
+        or isinstance(parent, nn.TransformerEncoderLayer)
+    )
+    if direct:
         owner = type(parent).__name__ if parent is not None else "its parent"
         return f"{owner} reads its weight directly (not through forward); swapping it would break the parent"
     return None
