@@ -14,41 +14,39 @@ from setuptools import find_packages, setup
 
 ROOT = Path(__file__).parent
 
-# Hopper sources: compiled for sm_90a only (wgmma and setmaxnreg need the "a" target).
+# The archs each extension is compiled for, stated once: the gencode flags and the
+# sm90_archs() / sm80_archs() ops (W8A8_SM*_ARCHS defines) are derived from them.
+SM90_ARCHS = ["90"]  # sm_90a: wgmma and setmaxnreg need the "a" target
+SM80_ARCHS = ["80", "86", "89", "90"]  # mma.sync; sm_90 so that an H100 can run this path when named
+# W8A8_SWEEP_CONFIGS=1 also builds the sm90 table entries no heuristic picks (for config sweeps).
+SWEEP_CONFIGS = os.environ.get("W8A8_SWEEP_CONFIGS") == "1"
+
+# w8a8._C: the sm90 GEMM table (CUTLASS configs + decode kernels), the CUDA quantizers, linear_sm90.
 SM90_SOURCES = [
-    "csrc/scaled_mm_sm90.cu",
-    "csrc/scaled_mm_sm90_swap_n16.cu",
-    "csrc/scaled_mm_sm90_swap_n64.cu",
-    "csrc/scaled_mm_sm90_m128.cu",
-    "csrc/scaled_mm_sm90_m256.cu",
-    "csrc/scaled_mm_sm90_large_128x256.cu",
-    "csrc/scaled_mm_sm90_large_256x128.cu",
-    "csrc/scaled_mm_sm90_coop_streamk.cu",
-    "csrc/scaled_mm_gemv.cu",  # the decode GEMV (plain CUDA, dp4a), one of the sm90 config table's entries
-    "csrc/scaled_mm_skinny.cu",  # the few-token GEMM (plain CUDA, mma.sync), entries of the same table
-    "csrc/quantize.cu",  # activation quantizers (plain CUDA; built for sm_90a with the rest for now)
+    "csrc/torch/scaled_mm_sm90.cpp", "csrc/torch/quantize.cpp", "csrc/torch/linear.cpp",
+    "csrc/sm90/scaled_mm_sm90.cu",
+    "csrc/sm90/instances/swap_coop_streamk_128x16x128_1x1.cu",
+    "csrc/sm90/instances/swap_coop_streamk_128x64x128_1x1.cu",
+    "csrc/sm90/instances/pingpong_64x128x128_2x1.cu",
+    "csrc/sm90/instances/pingpong_128x128x128_2x1.cu",
+    "csrc/sm90/instances/coop_128x256x128_2x1.cu",
+    "csrc/sm90/instances/coop_streamk_128x128x128_1x1.cu",
+    "csrc/decode/scaled_mm_gemv.cu", "csrc/decode/scaled_mm_skinny.cu",
+    "csrc/quantize/quantize.cu",
 ]
-# Ampere / Ada sources (mma.sync): the extension w8a8._C_sm80, compiled for each
-# arch of SM80_ARCHS; sm_90 SASS of the same kernels lets an H100 run this path
-# (backend="cutlass_sm80"). Keep in step with cutlass_sm80_archs() in the binding.
+SM90_SWEEP_SOURCES = ["csrc/sm90/instances/coop_256x128x128_1x2.cu"]
+# w8a8._C_sm80: the sm80 GEMM table.
 SM80_SOURCES = [
-    "csrc/scaled_mm_sm80_bindings.cpp",
-    "csrc/scaled_mm_sm80.cu",
-    "csrc/scaled_mm_sm80_m16.cu",
-    "csrc/scaled_mm_sm80_m32.cu",
-    "csrc/scaled_mm_sm80_m64.cu",
-    "csrc/scaled_mm_sm80_m128.cu",
-    "csrc/scaled_mm_sm80_large.cu",
-    "csrc/scaled_mm_sm80_m96.cu",
-    "csrc/scaled_mm_sm80_m80.cu",
-    "csrc/scaled_mm_sm80_m96_split_k.cu",
-]
-SM80_ARCHS = ["80", "86", "89", "90"]
-# Host-side torch bindings: the thin layer that checks tensors and calls the kernels.
-BINDING_SOURCES = [
-    "csrc/torch_bindings.cpp",
-    "csrc/quantize_bindings.cpp",
-    "csrc/linear_bindings.cpp",
+    "csrc/torch/scaled_mm_sm80.cpp",
+    "csrc/sm80/scaled_mm_sm80.cu",
+    "csrc/sm80/instances/tile_16x64x128_w16x64x64_s5.cu",
+    "csrc/sm80/instances/tile_32x64x128_w32x64x64_s5.cu",
+    "csrc/sm80/instances/tile_64x128x128_w64x64x64_s4.cu",
+    "csrc/sm80/instances/tile_128x128x64_w64x64x64_s5.cu",
+    "csrc/sm80/instances/tile_128x256x64_w64x64x64_s4.cu",
+    "csrc/sm80/instances/tile_96x128x64_w48x64x64_s5.cu",
+    "csrc/sm80/instances/tile_80x128x128_w80x32x128_s3.cu",
+    "csrc/sm80/instances/tile_96x128x64_w48x64x64_s5_splitk.cu",
 ]
 
 
@@ -67,7 +65,7 @@ def _cutlass_include_dirs():
 
 
 def _cuda_extension():
-    """The CUDA extension, or (None, reason) where it cannot be built here."""
+    """(extensions, BuildExtension, None), or (None, None, why) where they cannot be built here."""
     try:
         import torch
         from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension
@@ -77,27 +75,22 @@ def _cuda_extension():
         return None, None, f"torch {torch.__version__} is a CPU build"
     if CUDA_HOME is None:
         return None, None, "nvcc (CUDA_HOME) was not found"
-    nvcc_flags = [
-        "-O3",
-        "-DNDEBUG",
-        "-std=c++17",
-        "--expt-relaxed-constexpr",
-        "-DCUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL=1",
-        "-Xptxas=--warn-on-spills",
-    ]
-    sm90 = ["-gencode=arch=compute_90a,code=sm_90a"]
-    # compute_80 PTX for the sm_90 pass too: the same mma.sync kernels, not a Hopper build of them.
-    sm80 = [f"-gencode=arch=compute_{a if a != '90' else '80'},code=sm_{a}" for a in SM80_ARCHS] + ["--threads=4"]
-    common = dict(
-        include_dirs=[str(ROOT / "csrc")] + _cutlass_include_dirs(),
-        libraries=["cuda"],
-    )
-    cxx = ["-O3", "-DNDEBUG", "-std=c++17"]
+    sweep = ["-DW8A8_SWEEP_CONFIGS"] if SWEEP_CONFIGS else []
+    cxx = ["-O3", "-DNDEBUG", "-std=c++17"] + sweep
+    nvcc = ["-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr", "-DCUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL=1",
+            "-Xptxas=--warn-on-spills"] + sweep
+    sm90_gencode = [f"-gencode=arch=compute_{a}a,code=sm_{a}a" for a in SM90_ARCHS]
+    # compute_80 PTX for the sm_90 pass: the same mma.sync kernels, not a Hopper build of them.
+    sm80_gencode = [f"-gencode=arch=compute_{a if a != '90' else '80'},code=sm_{a}" for a in SM80_ARCHS]
+    common = dict(include_dirs=[str(ROOT / "csrc")] + _cutlass_include_dirs(), libraries=["cuda"])
+    # The arch lists reach only the host compiler (the bindings): nvcc would split a -D value at its commas.
     exts = [
-        CUDAExtension(name="w8a8._C", sources=BINDING_SOURCES + SM90_SOURCES,
-                      extra_compile_args={"cxx": cxx, "nvcc": nvcc_flags + sm90}, **common),
+        CUDAExtension(name="w8a8._C", sources=SM90_SOURCES + (SM90_SWEEP_SOURCES if SWEEP_CONFIGS else []),
+                      extra_compile_args={"cxx": cxx + ["-DW8A8_SM90_ARCHS=" + ",".join(SM90_ARCHS)],
+                                          "nvcc": nvcc + sm90_gencode}, **common),
         CUDAExtension(name="w8a8._C_sm80", sources=SM80_SOURCES,
-                      extra_compile_args={"cxx": cxx, "nvcc": nvcc_flags + sm80}, **common),
+                      extra_compile_args={"cxx": cxx + ["-DW8A8_SM80_ARCHS=" + ",".join(SM80_ARCHS)],
+                                          "nvcc": nvcc + sm80_gencode + ["--threads=4"]}, **common),
     ]
     return exts, BuildExtension, None
 

@@ -1,7 +1,8 @@
 // The per-element dequantization of every w8a8 scaled-matmul epilogue (the
-// sm90 EVT in scaled_mm_sm90_epilogue.cuh, the sm80 one in
-// scaled_mm_sm80_epilogue.cuh and the GEMV in scaled_mm_gemv.cu call this,
-// so the math is written once):
+// sm90 EVT in sm90/scaled_mm_sm90_epilogue.cuh, the sm80 one in
+// sm80/scaled_mm_sm80_epilogue.cuh, the decode kernels' store in
+// decode/decode_kernel_common.cuh and split_k_dequant in
+// scaled_mm_split_k_dequant.cuh call this, so the math is written once):
 //
 //     out = (a_scale * (b_scale * float(acc)) + bias_f32) + bias_out
 //
@@ -15,8 +16,8 @@
 namespace w8a8 {
 
 // One element, in device code: __f*_rn rounds to nearest and keeps nvcc from
-// contracting the product and sum into an FMA (the vector functor below and the
-// GEMV kernel, scaled_mm_gemv.cu, call this).
+// contracting the product and sum into an FMA (the vector functor below, the
+// decode kernels and split_k_dequant call this).
 CUTLASS_DEVICE float dequantize_rn(float acc, float b_scale, float a_scale, float bias_f32, float bias_out) {
   return __fadd_rn(__fadd_rn(__fmul_rn(a_scale, __fmul_rn(b_scale, acc)), bias_f32), bias_out);
 }

@@ -45,9 +45,10 @@ struct ScaledMmProblem {
 };
 
 // The first rule of the contract above that `p` breaks, as
-// "expected <rule>, got <value>"; empty when `p` keeps them all. Shared by the
-// kernel entries (scaled_mm_sm90.cu, scaled_mm_sm80.cu), which the bindings
-// call only after checking the same rules with the op's wording.
+// "expected <rule>, got <value>"; empty when `p` keeps them all. The plan
+// functions of the kernel entries (sm90/scaled_mm_sm90.cu,
+// sm80/scaled_mm_sm80.cu) run it once per call, after the torch bindings have
+// checked the same rules with the op's wording.
 inline std::string scaled_mm_problem_error(const ScaledMmProblem& p) {
   auto expected = [](const char* rule, const std::string& actual) {
     return std::string("expected ") + rule + ", got " + actual;

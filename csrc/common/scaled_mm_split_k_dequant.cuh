@@ -1,5 +1,6 @@
-// Second kernel of a split-K scaled matmul whose GEMM writes int32 partial
-// sums, one [M, N] slab per K range (pitch N, slab stride M * N): sums the
+// Second kernel of a split-K scaled matmul (the sm80 split-K configs,
+// sm80/scaled_mm_sm80_split_k.cuh) whose GEMM writes int32 partial sums, one
+// [M, N] slab per K range (pitch N, slab stride M * N): sums the
 // slabs (exact int32, as one K loop would) and applies the dequantization of
 // scaled_mm_dequant.cuh, so the output has the bits of the data-parallel
 // kernels and of w8a8/reference.py.
@@ -16,8 +17,8 @@
 #include <cutlass/array.h>
 #include <cutlass/numeric_conversion.h>
 
-#include "scaled_mm_dequant.cuh"
-#include "scaled_mm_problem.h"
+#include "common/scaled_mm_dequant.cuh"
+#include "common/scaled_mm_problem.h"
 
 namespace w8a8 {
 

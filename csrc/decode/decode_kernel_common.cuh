@@ -1,9 +1,10 @@
-// Pieces shared by the two plain-CUDA decode kernels of the sm90 op (the dp4a
-// GEMV, scaled_mm_gemv.cu, and the mma.sync skinny GEMM, scaled_mm_skinny.cu):
-// their kernel arguments and the host checks that build them, the streamed
-// weight load, the epilogue of one output element and the programmatic-
-// dependent launch. Both kernels compute the ScaledMmProblem of
-// scaled_mm_problem.h with exact int32 sums, so one epilogue serves both.
+// Pieces shared by the two plain-CUDA decode kernels of the sm90 table (the
+// dp4a GEMV, scaled_mm_gemv.cu, and the mma.sync skinny GEMM,
+// scaled_mm_skinny.cu): their kernel arguments and the host code that builds
+// them, the streamed weight load, the epilogue of one output element and the
+// programmatic-dependent launch. Both kernels compute the ScaledMmProblem of
+// common/scaled_mm_problem.h with exact int32 sums, so one epilogue serves
+// both. Arch-neutral CUDA (mma.sync and dp4a; sm_80 and later).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,8 +15,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "scaled_mm_dequant.cuh"
-#include "scaled_mm_problem.h"
+#include "common/scaled_mm_dequant.cuh"
+#include "common/scaled_mm_problem.h"
 
 namespace w8a8::decode {
 
@@ -65,12 +66,10 @@ struct DecodeArgs {
   int token_tiles;  // ceil(M / tokens per CTA)
 };
 
-// The arguments of a call, after the checks both kernels make: `p` keeps the
-// problem contract and k_split is 1, 2, 4 or 8; otherwise std::runtime_error
-// with the message prefixed by `who`.
+// The arguments of a call. `p` keeps the problem contract (checked once per
+// call by the caller, scaled_mm_sm90_plan); k_split must be 1, 2, 4 or 8,
+// otherwise std::runtime_error with the message prefixed by `who`.
 inline DecodeArgs make_decode_args(const ScaledMmProblem& p, int k_split, int64_t tokens_per_cta, const char* who) {
-  const std::string problem_error = scaled_mm_problem_error(p);
-  if (!problem_error.empty()) throw std::runtime_error(std::string(who) + ": " + problem_error);
   if (!(k_split == 1 || k_split == 2 || k_split == 4 || k_split == 8)) {
     throw std::runtime_error(std::string(who) + ": expected k_split 1, 2, 4 or 8, got " + std::to_string(k_split));
   }

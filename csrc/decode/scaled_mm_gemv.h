@@ -1,5 +1,5 @@
 // Torch-free interface of the decode GEMV: the ScaledMmProblem of
-// scaled_mm_problem.h (same math, layouts and 16-byte rule) computed without
+// common/scaled_mm_problem.h (same math, layouts and 16-byte rule) computed without
 // tensor cores, for the few-token calls where the GEMM is a pure weight
 // stream. Plain CUDA (dp4a, sm_61 and later); this header compiles without
 // CUDA or torch headers.
@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "scaled_mm_problem.h"
+#include "common/scaled_mm_problem.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
@@ -25,9 +25,10 @@ namespace w8a8 {
 constexpr int kGemvWarps = 8;   // 256 threads per CTA
 constexpr int kGemvTokens = 4;  // tokens per CTA (the largest token tile); more M means more CTAs
 
-// Enqueues the GEMV on `stream`. k_split is 1, 2, 4 or 8 (warps per weight
-// row). Throws std::runtime_error when `p` breaks the problem contract, k_split
-// is not one of those, or the launch fails. Never synchronises.
+// Enqueues the GEMV on `stream`. `p` keeps the problem contract (the caller
+// has checked it: scaled_mm_sm90_plan does); k_split is 1, 2, 4 or 8 (warps
+// per weight row). Throws std::runtime_error when k_split is not one of those
+// or the launch fails. Never synchronises.
 void scaled_mm_gemv(const ScaledMmProblem& p, int k_split, cudaStream_t stream);
 
 }  // namespace w8a8

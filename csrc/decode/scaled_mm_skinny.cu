@@ -1,9 +1,9 @@
 // The skinny GEMM kernel and its launcher (see scaled_mm_skinny.h for the
 // work split and the K permutation). Weights are streamed (read once, no L1
 // allocation); the few token rows are re-read by every warp through L1.
-#include "decode_kernel_common.cuh"
-#include "programmatic_launch.cuh"
-#include "scaled_mm_skinny.h"
+#include "common/programmatic_launch.cuh"
+#include "decode/decode_kernel_common.cuh"
+#include "decode/scaled_mm_skinny.h"
 
 namespace w8a8 {
 namespace {

@@ -1,5 +1,5 @@
 // Torch-free interface of the skinny GEMM: the ScaledMmProblem of
-// scaled_mm_problem.h for a handful of tokens (M about 5..16), where the GEMM
+// common/scaled_mm_problem.h for a handful of tokens (M about 5..16), where the GEMM
 // still streams its weights and little else but the dp4a GEMV
 // (scaled_mm_gemv.h) runs out of integer issue slots. Plain CUDA on mma.sync
 // (m16n8k32, int8 in, int32 out: sm_80 and later), no shared-memory staging.
@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-#include "scaled_mm_problem.h"
+#include "common/scaled_mm_problem.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
@@ -27,9 +27,10 @@ namespace w8a8 {
 constexpr int kSkinnyWarps = 8;    // 256 threads per CTA
 constexpr int kSkinnyTokens = 16;  // tokens per CTA (two mma n8 halves); more M means more CTAs
 
-// Enqueues the skinny GEMM on `stream`. k_split is 1, 2, 4 or 8 (warps per
-// row group). Throws std::runtime_error when `p` breaks the problem contract,
-// k_split is not one of those, or the launch fails. Never synchronises.
+// Enqueues the skinny GEMM on `stream`. `p` keeps the problem contract (the
+// caller has checked it: scaled_mm_sm90_plan does); k_split is 1, 2, 4 or 8
+// (warps per row group). Throws std::runtime_error when k_split is not one of
+// those or the launch fails. Never synchronises.
 void scaled_mm_skinny(const ScaledMmProblem& p, int k_split, cudaStream_t stream);
 
 }  // namespace w8a8

@@ -23,8 +23,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "programmatic_launch.cuh"
-#include "quantize.h"
+#include "common/programmatic_launch.cuh"
+#include "quantize/quantize.h"
 
 namespace w8a8 {
 namespace {

@@ -1,5 +1,5 @@
-// Torch-free interface of the CUDA activation quantizers (the "cuda" backend of
-// w8a8.quantize_per_token / w8a8.quantize_static).
+// Torch-free interface of the CUDA activation quantizers (the kernels of the ops
+// w8a8::quantize_per_token_cuda / quantize_static_cuda, torch/quantize.cpp).
 //
 // The math is w8a8/reference.py, bit for bit:
 //   per token: scale[r] = amax(|x[r, :]|) / 127                 (fp32, IEEE division)

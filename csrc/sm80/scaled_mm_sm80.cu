@@ -1,44 +1,55 @@
-// Entry of the sm80 int8 scaled matmul (torch-free): checks the params, picks
-// a config (the M ladder or config_id) and calls that config's launcher. The
-// config table lives here, and only here: see ConfigId in
-// scaled_mm_sm80_configs.cuh.
+// Entry of the sm80 int8 scaled matmul (torch-free): the config table, the
+// plan (checks the params once, picks an entry by the M ladder or config_id)
+// and the calls into the picked entry's launcher. No kernels here: they are
+// instantiated in instances/.
 #include <stdexcept>
 #include <string>
 
-#include "scaled_mm_sm80.h"
-#include "scaled_mm_sm80_configs.cuh"
+#include "sm80/scaled_mm_sm80.h"
+#include "sm80/scaled_mm_sm80_configs.cuh"
 
 namespace w8a8 {
 namespace {
 
-using sm80::ScaledMmSm80Launcher;
-
 struct ConfigEntry {
   sm80::ConfigId id;
   const char* name;
-  size_t (*workspace_size[2])(const ScaledMmSm80Params&);  // [out dtype]
-  void (*run[2])(const ScaledMmSm80Params&, void*, cudaStream_t);
+  // The K ranges of a split-K entry (split_k_slices of its config); null for data-parallel ones.
+  int (*k_slices)(int64_t m, int64_t n, int64_t k, const sm80::Sm80Device& device);
+  size_t (*workspace_size[2])(const ScaledMmSm80Params&, int);  // [out dtype]
+  void (*run[2])(const ScaledMmSm80Params&, int, void*, cudaStream_t);
 };
 
-// Launcher: ScaledMmSm80Launcher (data-parallel) or ScaledMmSm80SplitKLauncher.
-template <class Config, template <class, class> class Launcher = sm80::ScaledMmSm80Launcher>
-constexpr ConfigEntry entry(sm80::ConfigId id, const char* name) {
+template <class Config, template <class, class> class Launcher>
+constexpr ConfigEntry make_entry(sm80::ConfigId id, const char* name,
+                                 int (*k_slices)(int64_t, int64_t, int64_t, const sm80::Sm80Device&)) {
   using Bf16 = Launcher<Config, cutlass::bfloat16_t>;
   using Fp16 = Launcher<Config, cutlass::half_t>;
   static_assert(int(ScaledMmOutDtype::kBFloat16) == 0 && int(ScaledMmOutDtype::kFloat16) == 1);
-  return ConfigEntry{id, name, {&Bf16::workspace_size, &Fp16::workspace_size}, {&Bf16::run, &Fp16::run}};
+  return ConfigEntry{id, name, k_slices, {&Bf16::workspace_size, &Fp16::workspace_size}, {&Bf16::run, &Fp16::run}};
+}
+
+template <class Config>
+constexpr ConfigEntry entry(sm80::ConfigId id, const char* name) {
+  return make_entry<Config, sm80::ScaledMmSm80Launcher>(id, name, nullptr);
+}
+
+template <class Config>
+constexpr ConfigEntry split_k_entry(sm80::ConfigId id, const char* name) {
+  return make_entry<Config, sm80::ScaledMmSm80SplitKLauncher>(id, name, &sm80::split_k_slices<Config>);
 }
 
 // Names: tile M x N x K, warp tile, stages.
 constexpr ConfigEntry kConfigs[] = {
-    entry<sm80::Sm80Int8M16>(sm80::kM16, "16x64x128_w16x64x64_s5"),
-    entry<sm80::Sm80Int8M32>(sm80::kM32, "32x64x128_w32x64x64_s5"),
-    entry<sm80::Sm80Int8M64>(sm80::kM64, "64x128x128_w64x64x64_s4"),
-    entry<sm80::Sm80Int8M128>(sm80::kM128, "128x128x64_w64x64x64_s5"),
-    entry<sm80::Sm80Int8Large>(sm80::kLarge, "128x256x64_w64x64x64_s4"),
-    entry<sm80::Sm80Int8M96>(sm80::kM96, "96x128x64_w48x64x64_s5"),
-    entry<sm80::Sm80Int8M80>(sm80::kM80, "80x128x128_w80x32x128_s3"),
-    entry<sm80::Sm80Int8M96SplitK, sm80::ScaledMmSm80SplitKLauncher>(sm80::kM96SplitK, "96x128x64_w48x64x64_s5_splitk"),
+    entry<sm80::Sm80Tile16x64x128_W16x64x64_S5>(sm80::kTile16x64, "16x64x128_w16x64x64_s5"),
+    entry<sm80::Sm80Tile32x64x128_W32x64x64_S5>(sm80::kTile32x64, "32x64x128_w32x64x64_s5"),
+    entry<sm80::Sm80Tile64x128x128_W64x64x64_S4>(sm80::kTile64x128, "64x128x128_w64x64x64_s4"),
+    entry<sm80::Sm80Tile128x128x64_W64x64x64_S5>(sm80::kTile128x128, "128x128x64_w64x64x64_s5"),
+    entry<sm80::Sm80Tile128x256x64_W64x64x64_S4>(sm80::kTile128x256, "128x256x64_w64x64x64_s4"),
+    entry<sm80::Sm80Tile96x128x64_W48x64x64_S5>(sm80::kTile96x128, "96x128x64_w48x64x64_s5"),
+    entry<sm80::Sm80Tile80x128x128_W80x32x128_S3>(sm80::kTile80x128, "80x128x128_w80x32x128_s3"),
+    split_k_entry<sm80::Sm80Tile96x128x64_W48x64x64_S5_SplitK>(sm80::kTile96x128SplitK,
+                                                               "96x128x64_w48x64x64_s5_splitk"),
 };
 
 constexpr bool table_matches_ids() {
@@ -50,20 +61,12 @@ constexpr bool table_matches_ids() {
 }
 static_assert(table_matches_ids(), "kConfigs must list every ConfigId once, in id order");
 
-[[noreturn]] void fail(const std::string& message) { throw std::runtime_error("scaled_mm_sm80: " + message); }
+// Invalid params: std::invalid_argument (the bindings raise it as ValueError).
+[[noreturn]] void fail(const std::string& message) { throw std::invalid_argument("scaled_mm_sm80: " + message); }
 
-// The binding checks the same rules with the op's wording first; these keep
-// non-torch callers from launching on shapes the kernels cannot serve.
-const ConfigEntry& checked_config(const ScaledMmSm80Params& p) {
-  const std::string problem_error = scaled_mm_problem_error(p);
-  if (!problem_error.empty()) fail(problem_error);
-  if (p.sm_count <= 0) fail("expected sm_count > 0, got " + std::to_string(p.sm_count));
-  if (p.config_id < -1 || p.config_id >= sm80::kNumConfigs) {
-    fail("expected config_id in [-1, " + std::to_string(sm80::kNumConfigs - 1) + "], got " +
-         std::to_string(p.config_id));
-  }
-  const int id = p.config_id >= 0 ? p.config_id : sm80::select_config(p.m, p.n, p.k, {p.sm_count, p.shared_memory_per_sm});
-  return kConfigs[id];
+// CUTLASS and launch failures: std::runtime_error naming the entry.
+[[noreturn]] void rethrow(const ScaledMmSm80Plan& plan, const std::exception& e) {
+  throw std::runtime_error(std::string("scaled_mm_sm80: config ") + plan.config_name + ": " + e.what());
 }
 
 }  // namespace
@@ -74,29 +77,40 @@ const char* scaled_mm_sm80_config_name(int config_id) {
   return config_id >= 0 && config_id < sm80::kNumConfigs ? kConfigs[config_id].name : nullptr;
 }
 
-int scaled_mm_sm80_heuristic_config(int64_t m, int64_t n, int64_t k, int sm_count, int shared_memory_per_sm) {
-  return sm80::select_config(m, n, k, {sm_count, shared_memory_per_sm});
+// The binding checks the same rules with the op's wording first; these keep
+// non-torch callers from launching on shapes the kernels cannot serve.
+ScaledMmSm80Plan scaled_mm_sm80_plan(const ScaledMmSm80Params& p) {
+  const std::string problem_error = scaled_mm_problem_error(p);
+  if (!problem_error.empty()) fail(problem_error);
+  if (p.sm_count <= 0) fail("expected sm_count > 0, got " + std::to_string(p.sm_count));
+  if (p.config_id < -1 || p.config_id >= sm80::kNumConfigs) {
+    fail("expected config_id in [-1, " + std::to_string(sm80::kNumConfigs - 1) + "], got " +
+         std::to_string(p.config_id));
+  }
+  const sm80::Sm80Device device{p.sm_count, p.shared_memory_per_sm};
+  const int id = p.config_id >= 0 ? p.config_id : sm80::select_config(p.m, p.n, p.k, device);
+  const ConfigEntry& config = kConfigs[id];
+  ScaledMmSm80Plan plan;
+  plan.config_id = id;
+  plan.config_name = config.name;
+  plan.k_slices = config.k_slices ? config.k_slices(p.m, p.n, p.k, device) : 1;
+  return plan;
 }
 
-size_t scaled_mm_sm80_workspace_size(const ScaledMmSm80Params& params) {
-  const ConfigEntry& config = checked_config(params);
+size_t scaled_mm_sm80_workspace_size(const ScaledMmSm80Params& params, const ScaledMmSm80Plan& plan) {
   try {
-    return config.workspace_size[int(params.out_dtype)](params);
+    return kConfigs[plan.config_id].workspace_size[int(params.out_dtype)](params, plan.k_slices);
   } catch (const std::exception& e) {
-    fail(std::string("config ") + config.name + ": " + e.what());
+    rethrow(plan, e);
   }
 }
 
-void scaled_mm_sm80(const ScaledMmSm80Params& params, void* workspace, cudaStream_t stream) {
-  const ConfigEntry& config = checked_config(params);
-  if (workspace == nullptr) {
-    const size_t needed = scaled_mm_sm80_workspace_size(params);
-    if (needed != 0) fail("expected a workspace for this config, got null (needs " + std::to_string(needed) + " bytes)");
-  }
+void scaled_mm_sm80(const ScaledMmSm80Params& params, const ScaledMmSm80Plan& plan, void* workspace,
+                    cudaStream_t stream) {
   try {
-    config.run[int(params.out_dtype)](params, workspace, stream);
+    kConfigs[plan.config_id].run[int(params.out_dtype)](params, plan.k_slices, workspace, stream);
   } catch (const std::exception& e) {
-    fail(std::string("config ") + config.name + ": " + e.what());
+    rethrow(plan, e);
   }
 }
 

@@ -12,7 +12,7 @@
 #include <cutlass/gemm/gemm.h>
 #include <cutlass/numeric_types.h>
 
-#include "scaled_mm_sm80.h"
+#include "sm80/scaled_mm_sm80.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
@@ -20,61 +20,71 @@ namespace w8a8::sm80 {
 
 constexpr int kMaxSharedMemoryBytes = 101376;  // sm86 / sm89 opt-in limit per block
 
-// M in [1, 16] (decode): 16-row tiles waste no rows on a single token; 64 wide
-// so that N = 4096 still launches 64 CTAs. Two warps split the 128-deep K tile.
+// Struct names: Sm80Tile<tile M x N x K>_W<warp tile M x N x K>_S<stages>.
+// "Narrow N" / "wide N" are the ladder's two branches (select_config below).
+
+// The ladder's tile for M <= 32 (every N): 16-row tiles waste little on a few
+// tokens; 64 wide so that N = 4096 still launches 64 CTAs per 16 rows (11-14
+// us at 4096 x 4096, every SM busy). Two warps split the 128-deep K tile.
 // 5 stages x 10 KB = 50 KB.
-struct Sm80Int8M16 {
+struct Sm80Tile16x64x128_W16x64x64_S5 {
   using TileShape = cutlass::gemm::GemmShape<16, 64, 128>;
   using WarpShape = cutlass::gemm::GemmShape<16, 64, 64>;
   static constexpr int kStages = 5;
 };
 
-// M in (16, 32]: one 32-row tile, otherwise as M16. 5 x 12 KB = 60 KB.
-struct Sm80Int8M32 {
+// The ladder's tile for M in (32, 128] on narrow N: 32-row tiles, otherwise as
+// the 16-row one. 5 x 12 KB = 60 KB.
+struct Sm80Tile32x64x128_W32x64x64_S5 {
   using TileShape = cutlass::gemm::GemmShape<32, 64, 128>;
   using WarpShape = cutlass::gemm::GemmShape<32, 64, 64>;
   static constexpr int kStages = 5;
 };
 
-// M in (32, 64]: 64 x 128 tiles, four warps (2 along N, 2 along K).
+// The ladder's tile for M in (128, 256] on narrow N (4 x 32 tiles = one wave
+// at N = 4096) and M in (32, 64] on wide N: four warps (2 along N, 2 along K).
 // 4 stages x 24 KB = 96 KB (5 stages would need 120 KB, over the sm86/89 limit).
-struct Sm80Int8M64 {
+struct Sm80Tile64x128x128_W64x64x64_S4 {
   using TileShape = cutlass::gemm::GemmShape<64, 128, 128>;
   using WarpShape = cutlass::gemm::GemmShape<64, 64, 64>;
   static constexpr int kStages = 4;
 };
 
-// M in (64, 128] and mid M: 128 x 128 tiles, four 64 x 64 warps.
-// 5 stages x 16 KB = 80 KB.
-struct Sm80Int8M128 {
+// The ladder's tile for M in (384, 512] (both branches), (192, 256] on wide N,
+// and M > 512 where the 128 x 256 tile would fill fewer than four waves: four
+// 64 x 64 warps. 5 stages x 16 KB = 80 KB.
+struct Sm80Tile128x128x64_W64x64x64_S5 {
   using TileShape = cutlass::gemm::GemmShape<128, 128, 64>;
   using WarpShape = cutlass::gemm::GemmShape<64, 64, 64>;
   static constexpr int kStages = 5;
 };
 
-// Large M: 128 x 256 tiles, eight 64 x 64 warps: the most MACs per byte of
-// shared memory read of the table. 4 stages x 24 KB = 96 KB.
-struct Sm80Int8Large {
+// The ladder's tile for M > 512 once it fills four waves (8192^3: 896 TOP/s
+// against 844 for 128 x 128), and on wide N for M in (64, 128] (112 tiles at
+// N = 28672: one wave) and (320, 384]: eight 64 x 64 warps, the most MACs per
+// byte of shared memory read of the table. 4 stages x 24 KB = 96 KB.
+struct Sm80Tile128x256x64_W64x64x64_S4 {
   using TileShape = cutlass::gemm::GemmShape<128, 256, 64>;
   using WarpShape = cutlass::gemm::GemmShape<64, 64, 64>;
   static constexpr int kStages = 4;
 };
 
-// M in (256, 384] on narrow N: 96-row tiles keep three M tiles where 64-row
-// ones would need five (a second wave on 132 SMs at N = 4096) and 128-row ones
-// would pay for 128 rows; four 48 x 64 warps. 5 stages x 14 KB = 70 KB.
-struct Sm80Int8M96 {
+// The ladder's tile for M in (320, 384] on narrow N and (128, 192] on wide N:
+// 96-row tiles keep four M tiles up to M = 384 (128 CTAs at N = 4096: one wave
+// on 132 SMs) where 64-row ones need six (a second wave) and 128-row ones pay
+// for 128 rows; four 48 x 64 warps. 5 stages x 14 KB = 70 KB.
+struct Sm80Tile96x128x64_W48x64x64_S5 {
   using TileShape = cutlass::gemm::GemmShape<96, 128, 64>;
   using WarpShape = cutlass::gemm::GemmShape<48, 64, 64>;
   static constexpr int kStages = 5;
 };
 
-// Between the 64- and 96-row tiles: 80 rows keep four M tiles up to M = 320
-// and five up to 400, where 64-row tiles need a further wave. Four 80 x 32
-// warps side by side along N, each with the whole 128-deep K tile (80 = five
-// m16 rows; 80 x 64 warps would hold 160 accumulator registers).
-// 3 stages x 26 KB = 78 KB.
-struct Sm80Int8M80 {
+// The ladder's tile for M in (256, 320] (both branches; on narrow N where the
+// split-K tile below does not split): 80 rows keep four M tiles up to M = 320,
+// where 64-row tiles need a fifth (a further wave at N = 4096). Four 80 x 32 warps side by side along N,
+// each with the whole 128-deep K tile (80 = five m16 rows; 80 x 64 warps would
+// hold 160 accumulator registers). 3 stages x 26 KB = 78 KB.
+struct Sm80Tile80x128x128_W80x32x128_S3 {
   using TileShape = cutlass::gemm::GemmShape<80, 128, 128>;
   using WarpShape = cutlass::gemm::GemmShape<80, 32, 128>;
   static constexpr int kStages = 3;
@@ -98,11 +108,12 @@ constexpr int config_shared_bytes() {
   return (Config::TileShape::kM + Config::TileShape::kN) * Config::TileShape::kK * Config::kStages;
 }
 
-// Narrow N with a long K just past a wave (4096 x 14336 at M in (256, 288]):
-// three 96-row M tiles make 96 CTAs on 132 SMs, and each SM that has one runs
-// 62 us while 36 SMs idle. Four K ranges make 384 CTAs, at most three per SM,
-// all resident at once: 58 us measured (the data-parallel configs: 61-63).
-using Sm80Int8M96SplitK = SplitK<Sm80Int8M96>;
+// The ladder's tile for M in (256, 288] on narrow N where split_k_slices
+// splits (on the H100: 4096 x 14336, four ranges). Narrow N with a long K just
+// past a wave: three 96-row M tiles make 96 CTAs on 132 SMs, and each SM that
+// has one runs 62 us while 36 SMs idle. Four K ranges make 384 CTAs, at most
+// three per SM, all resident at once: 58 us (the data-parallel configs: 61-63).
+using Sm80Tile96x128x64_W48x64x64_S5_SplitK = SplitK<Sm80Tile96x128x64_W48x64x64_S5>;
 
 // The split-K kernel is compiled for kSplitKCtasPerSm resident CTAs (launch
 // bounds: 65536 registers / (3 x 128 threads) = at most 170 per thread, where
@@ -159,24 +170,24 @@ int split_k_slices(int64_t m, int64_t n, int64_t k, const Sm80Device& device) {
   return best;
 }
 
-// Index of each config in the table of scaled_mm_sm80.cu (the config_id of the op).
+// Positions in the table of scaled_mm_sm80.cu; names, not ids, are the
+// interface. Every entry is a rung of the ladder below.
 enum ConfigId : int {
-  kM16 = 0,
-  kM32 = 1,
-  kM64 = 2,
-  kM128 = 3,
-  kLarge = 4,
-  kM96 = 5,
-  kM80 = 6,
-  kM96SplitK = 7,
-  kNumConfigs = 8
+  kTile16x64,
+  kTile32x64,
+  kTile64x128,
+  kTile128x128,
+  kTile128x256,
+  kTile96x128,
+  kTile80x128,
+  kTile96x128SplitK,
+  kNumConfigs
 };
 
-// The ladder: the config a call with config_id = -1 runs. Read from the sweep
-// of every config at every M = 1..512 on the H100 (forced path; rows in
-// benchmarks/results/sm80_sweep_h100.json, method in docs/SM80.md): each step
-// takes the fastest config of its M range on the Llama-3-8B projections, and
-// the ranges end where a config's tile count crosses a wave of the SMs.
+// The ladder: the entry a call without a named config runs. Read from a sweep
+// of every config at every M = 1..512 on the H100 (forced path) on the
+// Llama-3-8B projections: each step takes the fastest config of its M range,
+// and the ranges end where a config's tile count crosses a wave of the SMs.
 //   narrow N (a row of 128-wide tiles leaves SMs idle: N = 4096, 6144):
 //     M <= 32: 16x64 (11-14 us at 4096 x 4096, every SM busy on 64-wide tiles)
 //     <= 128: 32x64; <= 256: 64x128 (4 x 32 tiles = one wave at N = 4096);
@@ -190,42 +201,46 @@ enum ConfigId : int {
 //     844 for 128x128), 128x128 below that.
 inline ConfigId select_config(int64_t m, int64_t n, int64_t k, const Sm80Device& device) {
   const int sm_count = device.sm_count;
-  if (m <= 32) return kM16;
+  if (m <= 32) return kTile16x64;
   if (m > 512) {
     const int64_t large_tiles = ((m + 127) / 128) * ((n + 255) / 256);
-    return large_tiles >= 4 * int64_t(sm_count) ? kLarge : kM128;
+    return large_tiles >= 4 * int64_t(sm_count) ? kTile128x256 : kTile128x128;
   }
   const bool wide_n = (n + 127) / 128 >= sm_count;
   if (!wide_n) {
-    if (m <= 128) return kM32;
-    if (m <= 256) return kM64;
-    if (m <= 288 && split_k_slices<Sm80Int8M96SplitK>(m, n, k, device) > 1) return kM96SplitK;
-    if (m <= 320) return kM80;
-    if (m <= 384) return kM96;
-    return kM128;
+    if (m <= 128) return kTile32x64;
+    if (m <= 256) return kTile64x128;
+    if (m <= 288 && split_k_slices<Sm80Tile96x128x64_W48x64x64_S5_SplitK>(m, n, k, device) > 1) {
+      return kTile96x128SplitK;
+    }
+    if (m <= 320) return kTile80x128;
+    if (m <= 384) return kTile96x128;
+    return kTile128x128;
   }
-  if (m <= 64) return kM64;
-  if (m <= 128) return kLarge;
-  if (m <= 192) return kM96;
-  if (m <= 256) return kM128;
-  if (m <= 320) return kM80;
-  if (m <= 384) return kLarge;
-  return kM128;
+  if (m <= 64) return kTile64x128;
+  if (m <= 128) return kTile128x256;
+  if (m <= 192) return kTile96x128;
+  if (m <= 256) return kTile128x128;
+  if (m <= 320) return kTile80x128;
+  if (m <= 384) return kTile128x256;
+  return kTile128x128;
 }
 
 // Defined in scaled_mm_sm80_kernel.cuh, instantiated once per config and
-// output type in scaled_mm_sm80_<config>.cu.
+// output type in instances/<config>.cu. k_slices is the plan's; the
+// data-parallel launcher ignores it (always 1 for its entries).
 template <class Config, class ElementOut>
 struct ScaledMmSm80Launcher {
-  static size_t workspace_size(const ScaledMmSm80Params& params);
-  static void run(const ScaledMmSm80Params& params, void* workspace, cudaStream_t stream);
+  static size_t workspace_size(const ScaledMmSm80Params& params, int k_slices);
+  static void run(const ScaledMmSm80Params& params, int k_slices, void* workspace, cudaStream_t stream);
 };
 
-// Defined in scaled_mm_sm80_split_k.cuh for the SplitK<...> configs.
+// Defined in scaled_mm_sm80_split_k.cuh for the SplitK<...> configs: K in
+// k_slices ranges (split_k_slices, computed once by the plan).
 template <class Config, class ElementOut>
 struct ScaledMmSm80SplitKLauncher {
-  static size_t workspace_size(const ScaledMmSm80Params& params);
-  static void run(const ScaledMmSm80Params& params, void* workspace, cudaStream_t stream);
+  static size_t workspace_size(const ScaledMmSm80Params& params, int k_slices);
+  static void run(const ScaledMmSm80Params& params, int k_slices, void* workspace, cudaStream_t stream);
 };
 
 }  // namespace w8a8::sm80

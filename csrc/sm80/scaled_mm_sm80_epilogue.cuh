@@ -1,8 +1,8 @@
 // The dequantization epilogue of the sm80 (Ampere / Ada) int8 scaled matmul:
 // one CUTLASS 2.x visitor tree shared by every sm80 tile config.
 //
-// Contract: the one of scaled_mm_sm90_epilogue.cuh, computed by the same
-// DequantizeFn (scaled_mm_dequant.cuh):
+// Contract: the one of sm90/scaled_mm_sm90_epilogue.cuh, computed by the same
+// DequantizeFn (common/scaled_mm_dequant.cuh):
 //     out[t, c] = round_out( (a_scale[t] * (b_scale[c] * float(acc))) + bias[c] )
 // with a_scale a vector over tokens or one scalar, b_scale a vector over
 // channels or one scalar, bias absent / fp32 / output dtype: all runtime
@@ -21,7 +21,7 @@
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/threadblock/fusion/visitors.hpp>
 
-#include "scaled_mm_dequant.cuh"
+#include "common/scaled_mm_dequant.cuh"
 
 namespace w8a8::sm80 {
 

@@ -1,5 +1,6 @@
 // The split-K form of the sm80 int8 scaled matmul and its launcher. Included
-// only by the per-config instantiation files scaled_mm_sm80_<config>.cu.
+// only by the split-K instantiation files instances/<config>_splitk.cu,
+// through W8A8_SM80_INSTANTIATE_SPLITK.
 //
 // Two kernels on one stream:
 //   1. CUTLASS 2.x GemmUniversal in kGemmSplitKParallel mode: grid z = the K
@@ -7,24 +8,26 @@
 //      tile's int32 partial sums, unscaled, to the workspace slab of its range.
 //      (The visitor epilogue of the data-parallel kernels refuses this mode,
 //      and a serial split cannot add partials through a lossy bf16 output.)
-//   2. split_k_dequant (scaled_mm_split_k_dequant.cuh): sums the slabs and
+//   2. split_k_dequant (common/scaled_mm_split_k_dequant.cuh): sums the slabs and
 //      dequantizes, with the same DequantizeFn as every other epilogue.
 // The mainloop (tile, warps, stages, mma.sync with saturating accumulation)
 // is the data-parallel config's.
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/thread/linear_combination.h>
 #include <cutlass/gemm/kernel/default_gemm_universal.h>
 #include <cutlass/gemm/threadblock/threadblock_swizzle.h>
 
-#include "cutlass_status.cuh"
-#include "scaled_mm_sm80.h"
-#include "scaled_mm_sm80_configs.cuh"
-#include "scaled_mm_sm80_kernel.cuh"
-#include "scaled_mm_split_k_dequant.cuh"
+#include "common/cutlass_status.cuh"
+#include "common/scaled_mm_split_k_dequant.cuh"
+#include "sm80/scaled_mm_sm80.h"
+#include "sm80/scaled_mm_sm80_configs.cuh"
+#include "sm80/scaled_mm_sm80_kernel.cuh"
 
 namespace w8a8::sm80 {
 
@@ -61,10 +64,6 @@ struct ScaledMmSm80SplitKGemm {
   static_assert(kSharedBytes == config_shared_bytes<Config>(),
                 "scaled_mm_sm80: split_k_resident_ctas counts the mainloop's stages as the CTA's shared memory");
 
-  static int slices(const ScaledMmSm80Params& p) {
-    return split_k_slices<Config>(p.m, p.n, p.k, {p.sm_count, p.shared_memory_per_sm});
-  }
-
   // The K ranges CUTLASS launches for `slices`: it cuts K into ranges of
   // round_up(ceil(K / slices), 16) (UniversalParamsBase::init_grid_tiled_shape;
   // 16 = 128 bits of int8), which can make fewer ranges than asked (K = 272
@@ -98,18 +97,18 @@ struct ScaledMmSm80SplitKGemm {
 // writes the slabs through ptr_D and reads nothing back, so no workspace is
 // passed to it.)
 template <class Config, class ElementOut>
-size_t ScaledMmSm80SplitKLauncher<Config, ElementOut>::workspace_size(const ScaledMmSm80Params& params) {
-  using G = ScaledMmSm80SplitKGemm<Config>;
-  return G::partial_bytes(params, G::slices(params));
+size_t ScaledMmSm80SplitKLauncher<Config, ElementOut>::workspace_size(const ScaledMmSm80Params& params,
+                                                                       int k_slices) {
+  return ScaledMmSm80SplitKGemm<Config>::partial_bytes(params, k_slices);
 }
 
 template <class Config, class ElementOut>
-void ScaledMmSm80SplitKLauncher<Config, ElementOut>::run(const ScaledMmSm80Params& params, void* workspace,
-                                                         cudaStream_t stream) {
+void ScaledMmSm80SplitKLauncher<Config, ElementOut>::run(const ScaledMmSm80Params& params, int slices,
+                                                         void* workspace, cudaStream_t stream) {
   using G = ScaledMmSm80SplitKGemm<Config>;
   using Kernel = typename G::Kernel;
   auto* partials = static_cast<int32_t*>(workspace);
-  const int slices = G::slices(params);
+  if (partials == nullptr) throw std::runtime_error("split-K: expected a workspace for the partial sums, got null");
   const auto args = G::arguments(params, slices, partials);
   throw_if_failed(Kernel::can_implement(args), "can_implement");
   // Launched directly, not through CUTLASS's device adapters: those add their
@@ -129,3 +128,9 @@ void ScaledMmSm80SplitKLauncher<Config, ElementOut>::run(const ScaledMmSm80Param
 }
 
 }  // namespace w8a8::sm80
+
+// The body of a split-K instance file: explicit instantiation of one
+// SplitK<...> config for both output dtypes.
+#define W8A8_SM80_INSTANTIATE_SPLITK(Config)                                                         \
+  template struct w8a8::sm80::ScaledMmSm80SplitKLauncher<w8a8::sm80::Config, cutlass::bfloat16_t>; \
+  template struct w8a8::sm80::ScaledMmSm80SplitKLauncher<w8a8::sm80::Config, cutlass::half_t>;

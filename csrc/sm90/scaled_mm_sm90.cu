@@ -1,15 +1,15 @@
-// Entry of the sm90 int8 scaled matmul (torch-free): checks the params it is
-// given, picks a config (the M ladder or config_id) and calls that config's
-// launcher. The config table lives here, and only here: see ConfigId in
-// scaled_mm_sm90_configs.cuh.
+// Entry of the sm90 int8 scaled matmul (torch-free): the config table, the
+// plan (checks the params once, picks an entry and its scheduler options) and
+// the calls into the picked entry's launcher. No kernels here: the CUTLASS
+// configs are instantiated in instances/, the decode kernels in decode/.
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
-#include "scaled_mm_gemv.h"
-#include "scaled_mm_skinny.h"
-#include "scaled_mm_sm90.h"
-#include "scaled_mm_sm90_configs.cuh"
+#include "decode/scaled_mm_gemv.h"
+#include "decode/scaled_mm_skinny.h"
+#include "sm90/scaled_mm_sm90.h"
+#include "sm90/scaled_mm_sm90_configs.cuh"
 
 namespace w8a8 {
 namespace {
@@ -24,7 +24,7 @@ struct ConfigEntry {
   ConfigId id;
   const char* name;
   bool stream_k;  // runs CUTLASS's stream-K scheduler, so it can split K
-  bool gemv;      // a decode kernel (the dp4a GEMV or the skinny GEMM, not CUTLASS): plain stores, no
+  bool decode;    // a decode kernel (the dp4a GEMV or the skinny GEMM, not CUTLASS): plain stores, no
                   // workspace, options.splits is its K split inside the CTA
   size_t (*workspace_size[2])(const ScaledMmSm90Params&, const SchedulerOptions&);  // [out dtype]
   void (*run[2])(const ScaledMmSm90Params&, const SchedulerOptions&, void*, cudaStream_t);
@@ -51,46 +51,54 @@ void skinny_run(const ScaledMmSm90Params& params, const SchedulerOptions& option
   scaled_mm_skinny(params, options.splits, stream);
 }
 
+// A decode kernel with its K split (warps per weight row / 16-row group).
 template <void (*kRun)(const ScaledMmSm90Params&, const SchedulerOptions&, void*, cudaStream_t)>
-constexpr ConfigEntry decode_entry(ConfigId id, const char* name) {
+constexpr ConfigEntry decode_entry(ConfigId id, const char* name, int k_split) {
   return ConfigEntry{id, name, false, true, {&no_workspace, &no_workspace}, {kRun, kRun},
-                     {1, Raster::kHeuristic, Decomposition::kDataParallel, sm90::decode_kernel_splits(id)}};
+                     {1, Raster::kHeuristic, Decomposition::kDataParallel, k_split}};
 }
 
 // Scheduler options: {max swizzle, raster order, decomposition, splits}.
+constexpr SchedulerOptions kDefault = {1, Raster::kHeuristic, Decomposition::kHeuristic, 1};
+constexpr SchedulerOptions kDataParallel = {1, Raster::kHeuristic, Decomposition::kDataParallel, 1};
+
 constexpr ConfigEntry kConfigs[] = {
-    entry<sm90::Sm90Int8SwapN16>(sm90::kSwapN16StreamK, "swap_128x16x128_1x1_coop_streamk",
-                                 {1, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90Int8SwapN64>(sm90::kSwapN64StreamK, "swap_128x64x128_1x1_coop_streamk",
-                                 {1, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90Int8M128>(sm90::kM128Pingpong, "64x128x128_2x1_pingpong_swz8",
-                              {8, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90Int8M256>(sm90::kM256Pingpong, "128x128x128_2x1_pingpong_swz8",
-                              {8, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90Int8Large128x256>(sm90::kLarge128x256, "128x256x128_2x1_coop_swz8_rasterN",
-                                      {8, Raster::kAlongN, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90Int8Large256x128>(sm90::kLarge256x128, "256x128x128_1x2_coop_swz8_rasterM",
-                                      {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90Int8SwapN16>(sm90::kSwapN16DataParallel, "swap_128x16x128_1x1_coop_dataparallel",
-                                 {1, Raster::kHeuristic, Decomposition::kDataParallel, 1}),
-    entry<sm90::Sm90Int8SwapN64>(sm90::kSwapN64DataParallel, "swap_128x64x128_1x1_coop_dataparallel",
-                                 {1, Raster::kHeuristic, Decomposition::kDataParallel, 1}),
-    entry<sm90::Sm90Int8Large128x256>(sm90::kLarge128x256RasterM, "128x256x128_2x1_coop_swz8_rasterM",
-                                      {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90Int8SwapN16>(sm90::kSwapN16ForceStreamK, "swap_128x16x128_1x1_coop_streamk_forced",
-                                 {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
-    entry<sm90::Sm90Int8SwapN64>(sm90::kSwapN64ForceStreamK, "swap_128x64x128_1x1_coop_streamk_forced",
-                                 {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
-    entry<sm90::Sm90Int8Coop128x128StreamK>(sm90::kCoop128x128StreamK, "128x128x128_1x1_coop_streamk",
-                                            {1, Raster::kHeuristic, Decomposition::kDataParallel, 1}),
-    decode_entry<&gemv_run>(sm90::kGemvSplit1, "gemv_dp4a_ksplit1"),
-    decode_entry<&gemv_run>(sm90::kGemvSplit2, "gemv_dp4a_ksplit2"),
-    decode_entry<&gemv_run>(sm90::kGemvSplit4, "gemv_dp4a_ksplit4"),
-    decode_entry<&gemv_run>(sm90::kGemvSplit8, "gemv_dp4a_ksplit8"),
-    decode_entry<&skinny_run>(sm90::kSkinnySplit1, "skinny_mma_ksplit1"),
-    decode_entry<&skinny_run>(sm90::kSkinnySplit2, "skinny_mma_ksplit2"),
-    decode_entry<&skinny_run>(sm90::kSkinnySplit4, "skinny_mma_ksplit4"),
-    decode_entry<&skinny_run>(sm90::kSkinnySplit8, "skinny_mma_ksplit8"),
+    entry<sm90::Sm90SwapABCoopStreamK128x16x128_1x1>(sm90::kSwap128x16StreamK, "swap_128x16x128_1x1_coop_streamk",
+                                                     kDefault),
+    entry<sm90::Sm90SwapABCoopStreamK128x64x128_1x1>(sm90::kSwap128x64StreamK, "swap_128x64x128_1x1_coop_streamk",
+                                                     kDefault),
+    entry<sm90::Sm90Pingpong64x128x128_2x1>(sm90::kPingpong64x128, "64x128x128_2x1_pingpong_swz8",
+                                            {8, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
+    entry<sm90::Sm90Pingpong128x128x128_2x1>(sm90::kPingpong128x128, "128x128x128_2x1_pingpong_swz8",
+                                             {8, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
+    entry<sm90::Sm90Coop128x256x128_2x1>(sm90::kCoop128x256RasterN, "128x256x128_2x1_coop_swz8_rasterN",
+                                         {8, Raster::kAlongN, Decomposition::kHeuristic, 1}),
+    entry<sm90::Sm90SwapABCoopStreamK128x16x128_1x1>(sm90::kSwap128x16DataParallel,
+                                                     "swap_128x16x128_1x1_coop_dataparallel", kDataParallel),
+    entry<sm90::Sm90SwapABCoopStreamK128x64x128_1x1>(sm90::kSwap128x64DataParallel,
+                                                     "swap_128x64x128_1x1_coop_dataparallel", kDataParallel),
+    entry<sm90::Sm90CoopStreamK128x128x128_1x1>(sm90::kCoop128x128StreamK, "128x128x128_1x1_coop_streamk",
+                                                kDataParallel),
+    decode_entry<&gemv_run>(sm90::kGemvSplit1, "gemv_dp4a_ksplit1", 1),
+    decode_entry<&skinny_run>(sm90::kSkinnySplit4, "skinny_mma_ksplit4", 4),
+    decode_entry<&skinny_run>(sm90::kSkinnySplit8, "skinny_mma_ksplit8", 8),
+#ifdef W8A8_SWEEP_CONFIGS
+    entry<sm90::Sm90Coop256x128x128_1x2>(sm90::kCoop256x128RasterM, "256x128x128_1x2_coop_swz8_rasterM",
+                                         {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),
+    entry<sm90::Sm90Coop128x256x128_2x1>(sm90::kCoop128x256RasterM, "128x256x128_2x1_coop_swz8_rasterM",
+                                         {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),
+    entry<sm90::Sm90SwapABCoopStreamK128x16x128_1x1>(sm90::kSwap128x16ForcedStreamK,
+                                                     "swap_128x16x128_1x1_coop_streamk_forced",
+                                                     {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
+    entry<sm90::Sm90SwapABCoopStreamK128x64x128_1x1>(sm90::kSwap128x64ForcedStreamK,
+                                                     "swap_128x64x128_1x1_coop_streamk_forced",
+                                                     {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
+    decode_entry<&gemv_run>(sm90::kGemvSplit2, "gemv_dp4a_ksplit2", 2),
+    decode_entry<&gemv_run>(sm90::kGemvSplit4, "gemv_dp4a_ksplit4", 4),
+    decode_entry<&gemv_run>(sm90::kGemvSplit8, "gemv_dp4a_ksplit8", 8),
+    decode_entry<&skinny_run>(sm90::kSkinnySplit1, "skinny_mma_ksplit1", 1),
+    decode_entry<&skinny_run>(sm90::kSkinnySplit2, "skinny_mma_ksplit2", 2),
+#endif
 };
 
 constexpr bool table_matches_ids() {
@@ -102,8 +110,9 @@ constexpr bool table_matches_ids() {
 }
 static_assert(table_matches_ids(), "kConfigs must list every ConfigId once, in id order");
 
+// Invalid params: std::invalid_argument (the bindings raise it as ValueError).
 [[noreturn]] void fail(const std::string& message) {
-  throw std::runtime_error("scaled_mm_sm90: " + message);
+  throw std::invalid_argument("scaled_mm_sm90: " + message);
 }
 
 // `what` and `actual` are callables building the message only when `ok` is
@@ -146,43 +155,53 @@ const char* decomposition_name(Decomposition d) {
   }
 }
 
-struct Plan {
-  const ConfigEntry* config;
-  SchedulerOptions options;
-};
-
-// The config and K decomposition a call runs:
-//   config_id -1, scheduler auto, split_k 0: sm90::plan_auto (GEMV, skinny GEMM, then the ladder);
-//   split_k > 1 or scheduler streamk: the requested decomposition on config_id
-//     (which must run the stream-K scheduler) or on sm90::split_capable_config(M);
-//   split_k 1 or scheduler persistent: data-parallel, config_id or the ladder's pick;
-//   config_id >= 0 alone: that entry as the table defines it.
-Plan plan(const ScaledMmSm90Params& p) {
+// The entry and scheduler options a call runs:
+//   no config, scheduler auto, split_k 0: sm90::plan_auto (GEMV, skinny GEMM, then the ladder);
+//   split_k > 1 or scheduler streamk: the requested decomposition on the named entry (which must
+//     run the stream-K scheduler) or on sm90::split_capable_config(M);
+//   split_k 1 or scheduler persistent: data-parallel, on the named entry or the ladder's;
+//   a named entry alone: that entry as the table defines it.
+ScaledMmSm90Plan choose(const ScaledMmSm90Params& p) {
   const bool split = p.split_k > 1 || p.scheduler == ScaledMmScheduler::kStreamK;
   const bool no_split = p.split_k == 1 || p.scheduler == ScaledMmScheduler::kPersistent;
-  if (p.config_id < 0 && !split && !no_split) {
-    const ConfigEntry& config = kConfigs[sm90::plan_auto(p.m, p.n, p.sm_count)];
-    return {&config, config.options};
-  }
-  int id = p.config_id >= 0 ? p.config_id : sm90::select_config(p.m, p.n);
-  if (split && p.config_id < 0 && !kConfigs[id].stream_k) id = sm90::split_capable_config(p.m);
+  int id = p.config_id;
+  if (id < 0) id = split ? sm90::split_capable_config(p.m) : no_split ? sm90::select_config(p.m, p.n)
+                                                                       : sm90::plan_auto(p.m, p.n, p.sm_count);
   const ConfigEntry& config = kConfigs[id];
   SchedulerOptions options = config.options;
   if (split) {
     require(config.stream_k,
-            [] { return "a stream-K-scheduler config for split_k > 1 or scheduler streamk (config_id -1 picks one)"; },
+            [] { return "a stream-K-scheduler config for split_k > 1 or scheduler streamk (config '' picks one)"; },
             [&] {
               return std::string("config ") + config.name +
-                     (config.gemv ? ", a decode kernel whose K split is fixed by its config id"
-                                  : ", which uses the persistent scheduler");
+                     (config.decode ? ", a decode kernel whose K split is part of its table entry"
+                                    : ", which uses the persistent scheduler");
             });
     options.decomposition = p.split_k > 1 ? Decomposition::kSplitK : Decomposition::kStreamK;
     options.splits = p.split_k > 1 ? p.split_k : 1;
-  } else if (no_split && (config.stream_k || config.gemv)) {
+  } else if (no_split && (config.stream_k || config.decode)) {
     options.decomposition = Decomposition::kDataParallel;
     options.splits = 1;
   }
-  return {&config, options};
+
+  ScaledMmSm90Plan plan;
+  plan.config_id = id;
+  plan.options = options;
+  plan.config_name = config.name;
+  if (config.decode) {  // the K split inside the CTA, reduced in a fixed order like split-K
+    plan.decomposition = options.splits > 1 ? "split_k" : "data_parallel";
+    plan.splits = options.splits;
+  } else {
+    const bool splits_k = config.stream_k && options.decomposition != Decomposition::kDataParallel;
+    plan.decomposition = config.stream_k ? decomposition_name(options.decomposition) : "data_parallel";
+    plan.splits = splits_k ? options.splits : 1;
+  }
+  return plan;
+}
+
+// CUTLASS and launch failures: std::runtime_error naming the entry.
+[[noreturn]] void rethrow(const ScaledMmSm90Plan& plan, const std::exception& e) {
+  throw std::runtime_error(std::string("scaled_mm_sm90: config ") + plan.config_name + ": " + e.what());
 }
 
 }  // namespace
@@ -193,45 +212,34 @@ const char* scaled_mm_sm90_config_name(int config_id) {
   return config_id >= 0 && config_id < sm90::kNumConfigs ? kConfigs[config_id].name : nullptr;
 }
 
-int scaled_mm_sm90_heuristic_config(int64_t m, int64_t n) { return sm90::select_config(m, n); }
-
 ScaledMmSm90Plan scaled_mm_sm90_plan(const ScaledMmSm90Params& params) {
   check_params(params);
-  const Plan chosen = plan(params);
-  const ConfigEntry& config = *chosen.config;
-  if (config.gemv) {  // the K split inside the CTA, reduced in a fixed order like split-K
-    const int k_split = chosen.options.splits;
-    return {int(config.id), k_split > 1 ? "split_k" : "data_parallel", k_split};
-  }
-  const bool splits_k = config.stream_k && chosen.options.decomposition != Decomposition::kDataParallel;
-  return {int(config.id), config.stream_k ? decomposition_name(chosen.options.decomposition) : "data_parallel",
-          splits_k ? chosen.options.splits : 1};
+  return choose(params);
 }
 
-size_t scaled_mm_sm90_workspace_size(const ScaledMmSm90Params& params) {
-  check_params(params);
-  const Plan chosen = plan(params);
-  const ConfigEntry& config = *chosen.config;
+size_t scaled_mm_sm90_workspace_size(const ScaledMmSm90Params& params, const ScaledMmSm90Plan& plan) {
+  const ConfigEntry& config = kConfigs[plan.config_id];
   try {
-    return config.workspace_size[int(params.out_dtype)](params, chosen.options);
+    return config.workspace_size[int(params.out_dtype)](params, plan.options);
   } catch (const std::exception& e) {
-    fail(std::string("config ") + config.name + ": " + e.what());
+    rethrow(plan, e);
   }
 }
 
-void scaled_mm_sm90(const ScaledMmSm90Params& params, void* workspace, cudaStream_t stream) {
-  check_params(params);
-  const Plan chosen = plan(params);
-  const ConfigEntry& config = *chosen.config;
+void scaled_mm_sm90(const ScaledMmSm90Params& params, const ScaledMmSm90Plan& plan, void* workspace,
+                    cudaStream_t stream) {
+  const ConfigEntry& config = kConfigs[plan.config_id];
   try {
-    if (workspace == nullptr) {
-      const size_t needed = config.workspace_size[int(params.out_dtype)](params, chosen.options);
-      require(needed == 0, [] { return "a workspace for this config"; },
-              [&] { return "null (needs " + std::to_string(needed) + " bytes)"; });
+    // Only a run that splits K can need a workspace; the others skip the query.
+    if (workspace == nullptr && config.stream_k && plan.options.decomposition != Decomposition::kDataParallel) {
+      const size_t needed = config.workspace_size[int(params.out_dtype)](params, plan.options);
+      if (needed != 0) {
+        throw std::runtime_error("expected a workspace of " + std::to_string(needed) + " bytes, got null");
+      }
     }
-    config.run[int(params.out_dtype)](params, chosen.options, workspace, stream);
+    config.run[int(params.out_dtype)](params, plan.options, workspace, stream);
   } catch (const std::exception& e) {
-    fail(std::string("config ") + config.name + ": " + e.what());
+    rethrow(plan, e);
   }
 }
 

@@ -39,7 +39,7 @@
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 #include <cutlass/numeric_conversion.h>
 
-#include "scaled_mm_dequant.cuh"
+#include "common/scaled_mm_dequant.cuh"
 
 namespace w8a8::sm90 {
 

@@ -1,6 +1,6 @@
 // The sm90 int8 GEMM template (CUTLASS 3.x GemmUniversal from
 // CollectiveBuilder) and its launcher. Included only by the per-config
-// instantiation files scaled_mm_sm90_<config>.cu.
+// instantiation files instances/<config>.cu, through W8A8_SM90_INSTANTIATE.
 //
 // GEMM as CUTLASS sees it: D[Mg, Ng] = A[Mg, K] * B[Ng, K]^T, A and B int8
 // K-major, int32 accumulation, D written by TMA.
@@ -23,10 +23,10 @@
 #include <cutlass/gemm/kernel/tile_scheduler_detail.hpp>
 #include <cutlass/kernel_hardware_info.h>
 
-#include "cutlass_status.cuh"
-#include "scaled_mm_sm90.h"
-#include "scaled_mm_sm90_configs.cuh"
-#include "scaled_mm_sm90_epilogue.cuh"
+#include "common/cutlass_status.cuh"
+#include "sm90/scaled_mm_sm90.h"
+#include "sm90/scaled_mm_sm90_configs.cuh"
+#include "sm90/scaled_mm_sm90_epilogue.cuh"
 
 namespace w8a8::sm90 {
 
@@ -233,3 +233,10 @@ void ScaledMmSm90Launcher<Config, ElementOut>::run(const ScaledMmSm90Params& par
 }
 
 }  // namespace w8a8::sm90
+
+// The body of an instance file: explicit instantiation of one config of
+// scaled_mm_sm90_configs.cuh for both output dtypes (one config per file, so
+// the build compiles them in parallel).
+#define W8A8_SM90_INSTANTIATE(Config)                                                          \
+  template struct w8a8::sm90::ScaledMmSm90Launcher<w8a8::sm90::Config, cutlass::bfloat16_t>; \
+  template struct w8a8::sm90::ScaledMmSm90Launcher<w8a8::sm90::Config, cutlass::half_t>;

@@ -1,6 +1,15 @@
-// The tensor checks of the scaled_mm ops, written once for the sm90 binding
-// (torch_bindings.cpp) and the sm80 one (scaled_mm_sm80_bindings.cpp). Every
-// message starts with the op's name and gives the expected and actual value.
+// The input checks of every op of the extensions, written once.
+//
+// First the rules of the public ops, as w8a8/validate.py states them: the same
+// rules in the same order with the same words, raised as ValueError, so a bad
+// input gives one error whichever kernel the dispatcher picked (the "must be a
+// tensor" rules are left to the schemas). Then what the kernels can take
+// (bf16 / fp16 output, 16-byte rows, 32-bit sizes, the compute capability),
+// which only a caller that forces a kernel can break: the Python router sends
+// such operands elsewhere.
+//
+// The checks read dtypes, shapes, strides and devices, never data; a message
+// is built only when its check fails.
 #pragma once
 
 #include <cstdint>
@@ -8,115 +17,204 @@
 #include <ATen/ATen.h>
 #include <c10/util/Optional.h>
 
-#include "scaled_mm_problem.h"
-#include "torch_messages.h"
+#include "torch/messages.h"
 
-namespace w8a8 {
+namespace w8a8::checks {
 
-inline void check_scale_vector(const char* op, const at::Tensor& t, const char* name, int64_t length,
-                               const char* length_name, const at::Device& device) {
-  W8A8_OP_CHECK(op, t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
-  W8A8_OP_CHECK(op, t.device() == device, name, " must be on ", device, " (where a is), got ", t.device());
-  W8A8_OP_CHECK(op, t.numel() == 1 || t.numel() == length, name, " must hold 1 or ", length_name, " = ", length,
-                " values, got ", t.numel(), " (shape ", t.sizes(), ")");
-  W8A8_OP_CHECK(op, t.numel() == 1 || t.is_contiguous(), name, " must be contiguous, got strides ", t.strides(),
-                " for shape ", t.sizes());
+// validate.FLOAT_DTYPES, OUT_DTYPES and ZERO_POINT_DTYPES, as names() joins them.
+constexpr const char* kFloatDtypes = "torch.float16, torch.bfloat16, torch.float32";
+constexpr const char* kOutDtypes = "torch.bfloat16, torch.float16, torch.float32";
+constexpr const char* kZeroPointDtypes = "torch.int8, torch.int32";
+
+inline bool is_float_dtype(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat; }
+inline bool is_zero_point_dtype(at::ScalarType t) { return t == at::kChar || t == at::kInt; }
+
+// ---------------------------------------------------------------------------
+// The rules of validate.py, helper for helper.
+// ---------------------------------------------------------------------------
+
+inline void unit_k_stride(const char* op, const char* name, const at::Tensor& t) {
+  W8A8_CHECK_VALUE(op, t.size(-1) <= 1 || t.stride(-1) == 1, name,
+                   " must have unit stride along its last dim (K); call .contiguous() first, got strides ",
+                   t.strides(), " for shape ", t.sizes());
 }
 
-// dtypes, devices and shapes of (a, b, a_scale, b_scale, bias, out_dtype):
-// fills p.m, p.n, p.k and p.bias_kind.
-inline void check_scaled_mm_tensors(const char* op, ScaledMmProblem& p, const at::Tensor& a, const at::Tensor& b,
-                                    const at::Tensor& a_scale, const at::Tensor& b_scale,
-                                    const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype) {
-  W8A8_OP_CHECK(op, a.scalar_type() == at::kChar, "a must be int8, got ", a.scalar_type());
-  W8A8_OP_CHECK(op, b.scalar_type() == at::kChar, "b must be int8, got ", b.scalar_type());
-  W8A8_OP_CHECK(op, out_dtype == at::kBFloat16 || out_dtype == at::kHalf,
-                "out_dtype must be bfloat16 or float16, got ", out_dtype);
-  W8A8_OP_CHECK(op, a.is_cuda(), "a must be a CUDA tensor, got device ", a.device());
-  const at::Device device = a.device();
-  W8A8_OP_CHECK(op, b.device() == device, "b must be on ", device, " (where a is), got ", b.device());
-  W8A8_OP_CHECK(op, a.dim() == 2, "a must be 2-D [M, K], got shape ", a.sizes());
-  W8A8_OP_CHECK(op, b.dim() == 2, "b must be 2-D [N, K], got shape ", b.sizes());
-  p.m = a.size(0);
-  p.k = a.size(1);
-  p.n = b.size(0);
-  W8A8_OP_CHECK(op, b.size(1) == p.k, "b must be [N, K] with K = ", p.k, " (a's K), got shape ", b.sizes());
-  check_scale_vector(op, a_scale, "a_scale", p.m, "M", device);
-  check_scale_vector(op, b_scale, "b_scale", p.n, "N", device);
-  p.bias_kind = ScaledMmBias::kNone;
-  if (bias.has_value()) {
-    const at::Tensor& t = *bias;
-    W8A8_OP_CHECK(op, t.scalar_type() == at::kFloat || t.scalar_type() == out_dtype,
-                  "bias must be float32 or out_dtype (", out_dtype, "), got ", t.scalar_type());
-    W8A8_OP_CHECK(op, t.device() == device, "bias must be on ", device, " (where a is), got ", t.device());
-    W8A8_OP_CHECK(op, t.dim() == 1 && t.size(0) == p.n, "bias must be 1-D [N] with N = ", p.n, ", got shape ",
-                  t.sizes());
-    W8A8_OP_CHECK(op, t.stride(0) == 1 || p.n == 1, "bias must be contiguous, got stride ", t.stride(0));
-    p.bias_kind = t.scalar_type() == at::kFloat ? ScaledMmBias::kFloat32 : ScaledMmBias::kOutDtype;
+inline void scale_vector(const char* op, const char* name, const at::Tensor& t, int64_t length,
+                         const char* length_name) {
+  W8A8_CHECK_VALUE(op, t.scalar_type() == at::kFloat, name, " must be torch.float32, got ", t.scalar_type());
+  W8A8_CHECK_VALUE(op, t.numel() == 1 || t.numel() == length, name, " must hold 1 or ", length_name, " = ", length,
+                   " values, got shape ", t.sizes());
+  W8A8_CHECK_VALUE(op, t.numel() == 1 || t.is_contiguous(), name, " must be contiguous, got strides ", t.strides(),
+                   " for shape ", t.sizes());
+}
+
+inline void bias(const char* op, const at::Tensor& t, int64_t n, at::ScalarType out_dtype) {
+  W8A8_CHECK_VALUE(op, t.scalar_type() == at::kFloat || t.scalar_type() == out_dtype,
+                   "bias must be torch.float32 or the output dtype ", out_dtype, ", got ", t.scalar_type());
+  W8A8_CHECK_VALUE(op, t.dim() == 1 && t.size(0) == n, "bias must be [N] = [", n, "], got shape ", t.sizes());
+  W8A8_CHECK_VALUE(op, t.numel() <= 1 || t.stride(0) == 1, "bias must be contiguous, got strides ", t.strides());
+}
+
+inline void same_device(const char* op, const at::Device& device, const char* anchor, const char* name,
+                        const at::Tensor* t) {
+  if (t != nullptr) {
+    W8A8_CHECK_VALUE(op, t->device() == device, name, " must be on ", device, " like ", anchor, ", got ",
+                     t->device());
   }
 }
 
-// out = a_scale * (b_scale * 0) + bias for K == 0 (an empty sum), as the
-// reference computes it: no kernel has a zero-length K loop.
-inline at::Tensor scaled_mm_empty_k(const at::Tensor& a_scale, const at::Tensor& b_scale,
-                                    const c10::optional<at::Tensor>& bias, int64_t m, int64_t n,
-                                    at::ScalarType out_dtype) {
-  at::Tensor acc = at::zeros({m, n}, a_scale.options().dtype(at::kFloat));
-  at::Tensor out = a_scale.reshape({-1, 1}) * (b_scale.reshape({1, -1}) * acc);
-  if (bias.has_value()) out = out + bias->to(at::kFloat).reshape({1, n});
-  return out.to(out_dtype);
+inline const at::Tensor* optional_ptr(const c10::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; }
+
+inline void float_input(const char* op, const at::Tensor& x) {
+  W8A8_CHECK_VALUE(op, is_float_dtype(x.scalar_type()), "x must be one of ", kFloatDtypes, ", got ", x.scalar_type());
+  W8A8_CHECK_VALUE(op, x.dim() >= 1, "x must have at least 1 dimension [..., K], got shape ", x.sizes());
 }
 
-// Row pitch of a 2-D operand. A single-row tensor's outer stride is never used
-// to step (PyTorch may report any value for a size-1 dim), so it is read as
-// the packed pitch, rounded up to the 16-byte rule.
+// validate.quantize_per_token: x [..., K] float, K >= 1, unit stride along K.
+inline void quantize_per_token(const at::Tensor& x) {
+  constexpr const char* op = "quantize_per_token";
+  float_input(op, x);
+  W8A8_CHECK_VALUE(op, x.size(-1) >= 1, "x's last dim (K) must be >= 1, got shape ", x.sizes());
+  unit_k_stride(op, "x", x);
+}
+
+// validate.quantize_static: x [..., K] float (K = 0 allowed), unit stride along K; scale
+// one float32 value and zero_point one int8 / int32 value (or None), both on x's device.
+inline void quantize_static(const at::Tensor& x, const at::Tensor& scale, const c10::optional<at::Tensor>& zero_point) {
+  constexpr const char* op = "quantize_static";
+  float_input(op, x);
+  unit_k_stride(op, "x", x);
+  W8A8_CHECK_VALUE(op, scale.scalar_type() == at::kFloat, "scale must be torch.float32, got ", scale.scalar_type());
+  W8A8_CHECK_VALUE(op, scale.numel() == 1, "scale must hold one value, got shape ", scale.sizes());
+  if (zero_point.has_value()) {
+    const at::Tensor& zp = *zero_point;
+    W8A8_CHECK_VALUE(op, is_zero_point_dtype(zp.scalar_type()), "zero_point must be one of ", kZeroPointDtypes,
+                     ", got ", zp.scalar_type());
+    W8A8_CHECK_VALUE(op, zp.numel() == 1, "zero_point must hold one value, got shape ", zp.sizes());
+  }
+  same_device(op, x.device(), "x", "scale", &scale);
+  same_device(op, x.device(), "x", "zero_point", optional_ptr(zero_point));
+}
+
+// validate.scaled_mm: a int8 [M, K], b int8 [N, K], unit stride along K; a_scale float32
+// with 1 or M values, b_scale float32 with 1 or N values, both contiguous; bias None or
+// [N] in float32 or out_dtype, contiguous; everything on a's device.
+inline void scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale, const at::Tensor& b_scale,
+                      const c10::optional<at::Tensor>& bias_, at::ScalarType out_dtype) {
+  constexpr const char* op = "scaled_mm";
+  W8A8_CHECK_VALUE(op, a.scalar_type() == at::kChar, "a must be torch.int8, got ", a.scalar_type());
+  W8A8_CHECK_VALUE(op, b.scalar_type() == at::kChar, "b must be torch.int8, got ", b.scalar_type());
+  W8A8_CHECK_VALUE(op, a.dim() == 2, "a must be 2-D [M, K], got shape ", a.sizes());
+  W8A8_CHECK_VALUE(op, b.dim() == 2, "b must be 2-D [N, K] (the nn.Linear weight layout), got shape ", b.sizes());
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  W8A8_CHECK_VALUE(op, b.size(1) == k, "b must be [N, K] with K = ", k, " (a's K), got shape ", b.sizes());
+  W8A8_CHECK_VALUE(op, out_dtype == at::kBFloat16 || out_dtype == at::kHalf || out_dtype == at::kFloat,
+                   "out_dtype must be one of ", kOutDtypes, ", got ", out_dtype);
+  scale_vector(op, "a_scale", a_scale, m, "M");
+  scale_vector(op, "b_scale", b_scale, n, "N");
+  if (bias_.has_value()) bias(op, *bias_, n, out_dtype);
+  const at::Device device = a.device();
+  same_device(op, device, "a", "b", &b);
+  same_device(op, device, "a", "a_scale", &a_scale);
+  same_device(op, device, "a", "b_scale", &b_scale);
+  same_device(op, device, "a", "bias", optional_ptr(bias_));
+  unit_k_stride(op, "a", a);
+  unit_k_stride(op, "b", b);
+}
+
+// validate.linear: x [..., K] float (any strides); weight int8 [N, K] with unit stride
+// along K; weight_scale float32 with 1 or N values; bias None or [N] in float32 or x's
+// dtype; input_scale None (dynamic) or one float32 value (static); input_zero_point None
+// or one int8 / int32 value, only with input_scale; everything on x's device.
+inline void linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                   const c10::optional<at::Tensor>& bias_, const c10::optional<at::Tensor>& input_scale,
+                   const c10::optional<at::Tensor>& input_zero_point) {
+  constexpr const char* op = "linear";
+  float_input(op, x);
+  W8A8_CHECK_VALUE(op, weight.scalar_type() == at::kChar, "weight must be torch.int8, got ", weight.scalar_type());
+  W8A8_CHECK_VALUE(op, weight.dim() == 2, "weight must be 2-D [N, K], got shape ", weight.sizes());
+  const int64_t n = weight.size(0), k = weight.size(1);
+  W8A8_CHECK_VALUE(op, x.size(-1) == k, "x must be [..., K] with K = ", k, " (weight's K), got shape ", x.sizes());
+  scale_vector(op, "weight_scale", weight_scale, n, "N");
+  if (bias_.has_value()) bias(op, *bias_, n, x.scalar_type());
+  if (input_scale.has_value()) {
+    const at::Tensor& s = *input_scale;
+    W8A8_CHECK_VALUE(op, s.scalar_type() == at::kFloat, "input_scale must be torch.float32, got ", s.scalar_type());
+    W8A8_CHECK_VALUE(op, s.numel() == 1, "input_scale must hold one value, got shape ", s.sizes());
+  }
+  if (input_zero_point.has_value()) {
+    const at::Tensor& zp = *input_zero_point;
+    W8A8_CHECK_VALUE(op, input_scale.has_value(), "input_zero_point needs input_scale (static activations), got None");
+    W8A8_CHECK_VALUE(op, is_zero_point_dtype(zp.scalar_type()), "input_zero_point must be one of ", kZeroPointDtypes,
+                     ", got ", zp.scalar_type());
+    W8A8_CHECK_VALUE(op, zp.numel() == 1, "input_zero_point must hold one value, got shape ", zp.sizes());
+  }
+  const at::Device device = x.device();
+  same_device(op, device, "x", "weight", &weight);
+  same_device(op, device, "x", "weight_scale", &weight_scale);
+  same_device(op, device, "x", "bias", optional_ptr(bias_));
+  same_device(op, device, "x", "input_scale", optional_ptr(input_scale));
+  same_device(op, device, "x", "input_zero_point", optional_ptr(input_zero_point));
+  unit_k_stride(op, "weight", weight);
+}
+
+// ---------------------------------------------------------------------------
+// What the kernels can take. `family` names the kernels in the message
+// ("sm90", "sm80"), `mover` what moves their 16-byte rows ("TMA", "cp.async").
+// ---------------------------------------------------------------------------
+
+struct GemmKernels {
+  const char* family;
+  const char* mover;
+};
+constexpr GemmKernels kSm90Kernels{"sm90", "TMA"};
+constexpr GemmKernels kSm80Kernels{"sm80", "cp.async"};
+
+// Row pitch of a 2-D operand as the kernels read it. A single-row tensor's outer
+// stride is never used to step (PyTorch may report any value for a size-1 dim), so it
+// is read as the packed pitch, rounded up to the 16-byte rule.
 inline int64_t row_pitch(const at::Tensor& t) {
   if (t.size(0) == 1) return (t.size(1) + 15) / 16 * 16;
   return t.stride(0);
 }
 
-// The 16-byte rule of scaled_mm_problem.h (TMA on sm90, cp.async on sm80):
-// fills p.lda and p.ldb. `why` names the hardware in the messages.
-inline void check_16byte_rows(const char* op, ScaledMmProblem& p, const at::Tensor& a, const at::Tensor& b,
-                              const char* why) {
-  auto aligned16 = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
-  W8A8_OP_CHECK(op, p.k % 16 == 0, "K must be a multiple of 16 (16-byte int8 rows for ", why, "), got K = ", p.k);
-  W8A8_OP_CHECK(op, p.n % 8 == 0, "N must be a multiple of 8 (16-byte output rows for ", why, "), got N = ", p.n);
-  W8A8_OP_CHECK(op, a.stride(1) == 1, "a must have unit stride along K, got strides ", a.strides());
-  W8A8_OP_CHECK(op, b.stride(1) == 1, "b must have unit stride along K, got strides ", b.strides());
-  W8A8_OP_CHECK(op, aligned16(a), "a's data pointer must be 16-byte aligned (", why, "), got ", a.data_ptr(),
-                " (storage offset ", a.storage_offset(), ")");
-  W8A8_OP_CHECK(op, aligned16(b), "b's data pointer must be 16-byte aligned (", why, "), got ", b.data_ptr(),
-                " (storage offset ", b.storage_offset(), ")");
-  p.lda = row_pitch(a);
-  p.ldb = row_pitch(b);
-  W8A8_OP_CHECK(op, p.lda >= p.k && p.lda % 16 == 0,
-                "a's row stride must be >= K and a multiple of 16 (16-byte aligned rows for ", why,
-                "), got strides ", a.strides(), " for shape ", a.sizes());
-  W8A8_OP_CHECK(op, p.ldb >= p.k && p.ldb % 16 == 0,
-                "b's row stride must be >= K and a multiple of 16 (16-byte aligned rows for ", why,
-                "), got strides ", b.strides(), " for shape ", b.sizes());
+// A 16-byte aligned data pointer and row pitch (a multiple of 16 int8 that is >= K) for
+// the int8 operand `name` of a GEMM (unit stride along K is a rule of the op).
+inline void rows_16_bytes(const char* op, const GemmKernels& kernels, const char* name, const at::Tensor& t,
+                          int64_t k) {
+  W8A8_CHECK_VALUE(op, reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "the ", kernels.family, " kernels need ",
+                   name, "'s data pointer 16-byte aligned (", kernels.mover, "), got ", t.data_ptr(),
+                   " (storage offset ", t.storage_offset(), ")");
+  const int64_t pitch = row_pitch(t);
+  W8A8_CHECK_VALUE(op, pitch >= k && pitch % 16 == 0, "the ", kernels.family, " kernels need ", name,
+                   "'s row stride to be a multiple of 16 and >= K (16-byte ", kernels.mover,
+                   " rows), got strides ", t.strides(), " for shape ", t.sizes());
+}
+
+// The GEMM kernels' limits, after the op's rules: bf16 / fp16 out, K % 16, N % 8, 16-byte
+// rows of `a` (null where the op allocates it, as linear does) and `b`, 32-bit sizes.
+// `out_what` names the output dtype in the message ("out_dtype", "output dtype").
+inline void gemm_kernels(const char* op, const GemmKernels& kernels, at::ScalarType out_dtype, const char* out_what,
+                         int64_t m, int64_t n, int64_t k, const char* a_name, const at::Tensor* a,
+                         const char* b_name, const at::Tensor& b) {
+  W8A8_CHECK_VALUE(op, out_dtype == at::kBFloat16 || out_dtype == at::kHalf, "the ", kernels.family,
+                   " kernels write torch.bfloat16 or torch.float16, got ", out_what, " ", out_dtype);
+  W8A8_CHECK_VALUE(op, k % 16 == 0, "the ", kernels.family, " kernels need K % 16 == 0 (16-byte ", kernels.mover,
+                   " rows), got K = ", k);
+  W8A8_CHECK_VALUE(op, n % 8 == 0, "the ", kernels.family, " kernels need N % 8 == 0 (16-byte output rows), got N = ",
+                   n);
+  if (a != nullptr) rows_16_bytes(op, kernels, a_name, *a, k);
+  rows_16_bytes(op, kernels, b_name, b, k);
   const int64_t int_max = 2147483647;
-  W8A8_OP_CHECK(op, p.m <= int_max && p.n <= int_max && p.k <= int_max, "M, N, K must be < 2^31, got M = ", p.m,
-                ", N = ", p.n, ", K = ", p.k);
+  W8A8_CHECK_VALUE(op, m <= int_max && n <= int_max && k <= int_max, "the ", kernels.family,
+                   " kernels need M, N, K < 2^31, got M = ", m, ", N = ", n, ", K = ", k);
 }
 
-// Allocates out [M, N] and points p at the tensors (after the checks above).
-inline at::Tensor bind_problem(ScaledMmProblem& p, const at::Tensor& a, const at::Tensor& b,
-                               const at::Tensor& a_scale, const at::Tensor& b_scale,
-                               const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype) {
-  at::Tensor out = at::empty({p.m, p.n}, a.options().dtype(out_dtype));
-  p.a = a.data_ptr<int8_t>();
-  p.b = b.data_ptr<int8_t>();
-  p.out = out.data_ptr();
-  p.a_scale = a_scale.data_ptr<float>();
-  p.b_scale = b_scale.data_ptr<float>();
-  p.a_scale_per_token = a_scale.numel() != 1;
-  p.b_scale_per_channel = b_scale.numel() != 1;
-  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
-  p.out_dtype = out_dtype == at::kBFloat16 ? ScaledMmOutDtype::kBFloat16 : ScaledMmOutDtype::kFloat16;
-  p.ldd = out.stride(0);
-  return out;
+// The compute capability a library's kernels run on. `who` names them ("the sm90
+// kernels", "the CUDA quantizers"), `need` the capabilities in words.
+inline void capability(const char* op, const char* who, bool ok, const char* need, int major, int minor,
+                       const at::Device& device) {
+  W8A8_CHECK_VALUE(op, ok, who, " need compute capability ", need, ", got ", major, ".", minor, " on ", device);
 }
 
-}  // namespace w8a8
+}  // namespace w8a8::checks

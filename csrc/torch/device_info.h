@@ -1,4 +1,5 @@
-// Capability, SM count and shared memory per SM of the visible CUDA devices, queried once (shared by the bindings).
+// Capability, SM count and shared memory per SM of the visible CUDA devices,
+// queried once (shared by the bindings).
 #pragma once
 
 #include <vector>
@@ -8,7 +9,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 
-#include "torch_messages.h"
+#include "torch/messages.h"
 
 namespace w8a8 {
 

@@ -1,48 +1,80 @@
-// w8a8::linear_cutlass: W8A8Linear's forward on sm90 as one op (one Python-to-C++
-// crossing per layer instead of two, and no Python validation on the hot path:
-// both halves check their inputs in C++ with the op's wording).
+// Torch binding of W8A8Linear's forward on sm90 as one op (w8a8._C): the CUDA
+// quantizer and the sm90 GEMM in one Python-to-C++ crossing, for the few-token
+// calls where host time dominates.
 //
-//   linear_cutlass(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias,
-//                  Tensor? input_scale, int? split_k=None, str scheduler="auto") -> Tensor
-//     x [..., K] bf16/fp16 -> out [..., N] in x's dtype:
-//       input_scale None: q, s = quantize_per_token(x)       (dynamic, per token)
-//       input_scale [1]:  q = quantize_static(x, input_scale), s = input_scale
-//       out = scaled_mm(q, weight, s, weight_scale, bias, x.dtype)   (CUTLASS sm90)
-// Asymmetric static activations (a zero point) stay on the composed Python path.
+// Kernel op (namespace w8a8; the public op w8a8::linear routes to it):
+//   linear_sm90(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias,
+//               Tensor? input_scale, Tensor? input_zero_point) -> Tensor
+//     x [..., K] bf16/fp16 (any strides) -> out [..., N] in x's dtype:
+//       input_scale None: q, s = quantize_per_token(x)                          (dynamic)
+//       else:             q = quantize_static(x, input_scale, input_zero_point), s = input_scale
+//       out = scaled_mm(q, weight, s, weight_scale, bias, x.dtype)  (the sm90 heuristic)
+//     The bias is used as given: with a zero point it is the folded one.
+// It checks the rules of validate.linear once, then the kernels' limits, and
+// runs the quantizer and the GEMM on the checked operands.
 #include <cstdint>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include "torch_messages.h"
-#include "torch_ops.h"
+#include "sm90/scaled_mm_sm90.h"
+#include "torch/checks.h"
+#include "torch/device_info.h"
+#include "torch/messages.h"
+#include "torch/ops.h"
 
 namespace w8a8 {
 namespace {
 
-at::Tensor linear_cutlass(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
-                          const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& input_scale,
-                          c10::optional<int64_t> split_k, c10::string_view scheduler) {
-  constexpr const char* op = "w8a8.linear_cutlass";
-  W8A8_OP_CHECK(op, x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf,
-                "x must be bfloat16 or float16 (the output dtype), got ", x.scalar_type());
-  W8A8_OP_CHECK(op, x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1),
-                "x must be [..., K] with K = weight.size(1), got x ", x.sizes(), " and weight ",
-                weight.sizes());
-  const at::Tensor x2 = x.reshape({-1, x.size(-1)});
-  at::Tensor q, a_scale;
+constexpr const char* kOp = "linear";
+
+at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                       const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& input_scale,
+                       const c10::optional<at::Tensor>& input_zero_point) {
+  checks::linear(x, weight, weight_scale, bias, input_scale, input_zero_point);
+  const int64_t n = weight.size(0), k = weight.size(1);
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = n;
+  int64_t m = 1;
+  for (size_t d = 0; d + 1 < out_shape.size(); ++d) m *= out_shape[d];
+  // The composed definition quantizes x per token first, which refuses K = 0 with its
+  // own message: the same error here.
+  if (!input_scale.has_value() && k == 0) {
+    const std::vector<int64_t> rows_shape{m, k};
+    checks::quantize_per_token(at::empty(rows_shape, x.options().device(at::kMeta)));
+  }
+
+  const at::Device device = x.device();
+  const c10::cuda::CUDAGuard device_guard(device);
+  if (m == 0 || n == 0) return at::empty(out_shape, x.options());
+  if (k == 0) return scaled_mm_empty_k(*input_scale, weight_scale, bias, m, n, x.scalar_type()).view(out_shape);
+
+  const DeviceInfo& info = device_info(device.index());
+  checks::gemm_kernels(kOp, checks::kSm90Kernels, x.scalar_type(), "output dtype", m, n, k, "x", nullptr, "weight",
+                       weight);
+  // The GEMM kernels and the quantizers are sm_90a cubins.
+  checks::capability(kOp, "the sm90 kernels", info.major == 9 && info.minor == 0, "9.0", info.major, info.minor,
+                     device);
+
+  const at::Tensor rows = quantizer_rows(x, k);
+  at::Tensor q = at::empty({m, k}, x.options().dtype(at::kChar));
+  at::Tensor a_scale;
   if (input_scale.has_value()) {
-    q = quantize_static(x2, *input_scale, c10::nullopt);
+    quantize_static_checked(kOp, rows, q, *input_scale, input_zero_point);
     a_scale = *input_scale;
   } else {
-    std::tie(q, a_scale) = quantize_per_token(x2);
+    a_scale = at::empty({m, 1}, x.options().dtype(at::kFloat));
+    quantize_per_token_checked(kOp, rows, q, a_scale);
   }
-  at::Tensor out = scaled_mm_cutlass(q, weight, a_scale, weight_scale, bias, x.scalar_type(), -1, split_k,
-                                     scheduler);
-  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape.back() = weight.size(0);
-  return out.view(shape);
+  ScaledMmSm90Params params;  // config "" (the heuristic), no split request
+  params.m = m;
+  params.n = n;
+  params.k = k;
+  const at::Tensor out =
+      scaled_mm_sm90_checked(kOp, params, q, weight, a_scale, weight_scale, bias, x.scalar_type(), info);
+  return out.view(out_shape);
 }
 
 }  // namespace
@@ -50,8 +82,8 @@ at::Tensor linear_cutlass(const at::Tensor& x, const at::Tensor& weight, const a
 
 TORCH_LIBRARY_FRAGMENT(w8a8, m) {
   m.def(
-      "linear_cutlass(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias, Tensor? input_scale, "
-      "int? split_k=None, str scheduler=\"auto\") -> Tensor");
+      "linear_sm90(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias, Tensor? input_scale, "
+      "Tensor? input_zero_point) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(w8a8, CUDA, m) { m.impl("linear_cutlass", &w8a8::linear_cutlass); }
+TORCH_LIBRARY_IMPL(w8a8, CUDA, m) { m.impl("linear_sm90", &w8a8::linear_sm90); }

@@ -1,25 +1,97 @@
-// The torch-level op functions of w8a8._C, for the bindings that compose them
-// (linear_bindings.cpp). Each is registered as an op in its own *_bindings.cpp.
+// What the bindings share after their checks: tensors -> ScaledMmProblem, the
+// K == 0 result, the translation of kernel-library exceptions, and the bodies
+// of the sm90 GEMM and the CUDA quantizers on checked operands (linear.cpp
+// composes them without checking again; they are defined in scaled_mm_sm90.cpp
+// and quantize.cpp).
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include <ATen/ATen.h>
 #include <c10/util/Optional.h>
-#include <c10/util/string_view.h>
+
+#include "common/scaled_mm_problem.h"
+#include "sm90/scaled_mm_sm90.h"
+#include "torch/checks.h"
+#include "torch/device_info.h"
+#include "torch/messages.h"
 
 namespace w8a8 {
 
-// w8a8::quantize_per_token_cuda (quantize_bindings.cpp)
-std::tuple<at::Tensor, at::Tensor> quantize_per_token(const at::Tensor& x);
-// w8a8::quantize_static_cuda (quantize_bindings.cpp)
-at::Tensor quantize_static(const at::Tensor& x, const at::Tensor& scale,
-                           const c10::optional<at::Tensor>& zero_point);
-// w8a8::scaled_mm_cutlass (torch_bindings.cpp)
-at::Tensor scaled_mm_cutlass(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
-                             const at::Tensor& b_scale, const c10::optional<at::Tensor>& bias,
-                             at::ScalarType out_dtype, int64_t config_id,
-                             c10::optional<int64_t> split_k, c10::string_view scheduler);
+// out = a_scale * (b_scale * 0) + bias for K == 0 (an empty sum), as the
+// reference computes it: no kernel has a zero-length K loop.
+inline at::Tensor scaled_mm_empty_k(const at::Tensor& a_scale, const at::Tensor& b_scale,
+                                    const c10::optional<at::Tensor>& bias, int64_t m, int64_t n,
+                                    at::ScalarType out_dtype) {
+  at::Tensor acc = at::zeros({m, n}, a_scale.options().dtype(at::kFloat));
+  at::Tensor out = a_scale.reshape({-1, 1}) * (b_scale.reshape({1, -1}) * acc);
+  if (bias.has_value()) out = out + bias->to(at::kFloat).reshape({1, n});
+  return out.to(out_dtype);
+}
+
+// Allocates out [M, N] and points p at the tensors (p.m, p.n, p.k already set,
+// the operands checked).
+inline at::Tensor bind_problem(ScaledMmProblem& p, const at::Tensor& a, const at::Tensor& b,
+                               const at::Tensor& a_scale, const at::Tensor& b_scale,
+                               const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype) {
+  at::Tensor out = at::empty({p.m, p.n}, a.options().dtype(out_dtype));
+  p.a = a.data_ptr<int8_t>();
+  p.b = b.data_ptr<int8_t>();
+  p.out = out.data_ptr();
+  p.a_scale = a_scale.data_ptr<float>();
+  p.b_scale = b_scale.data_ptr<float>();
+  p.a_scale_per_token = a_scale.numel() != 1;
+  p.b_scale_per_channel = b_scale.numel() != 1;
+  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  p.bias_kind = !bias.has_value()                      ? ScaledMmBias::kNone
+                : bias->scalar_type() == at::kFloat    ? ScaledMmBias::kFloat32
+                                                       : ScaledMmBias::kOutDtype;
+  p.out_dtype = out_dtype == at::kBFloat16 ? ScaledMmOutDtype::kBFloat16 : ScaledMmOutDtype::kFloat16;
+  p.lda = checks::row_pitch(a);
+  p.ldb = checks::row_pitch(b);
+  p.ldd = out.stride(0);
+  return out;
+}
+
+// Runs `fn` (a call into a kernel library) and rethrows what it throws with the
+// op's name: std::invalid_argument (params the library refuses) as ValueError,
+// anything else (CUTLASS, launch) as RuntimeError. `context` ends the message.
+template <class Fn>
+auto call_kernel_library(const char* op, Fn&& fn, const std::string& context = "") -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    W8A8_CHECK_VALUE(op, false, e.what(), context);
+  } catch (const std::exception& e) {
+    W8A8_CHECK_RUNTIME(op, false, e.what(), context);
+  }
+  throw std::logic_error("unreachable");
+}
+
+// The sm90 GEMM on checked operands (M, N, K > 0, the kernels' limits and the
+// capability checked): plan, workspace, run. `params` holds M, N, K and the config /
+// split_k / scheduler request; out [M, N] in out_dtype is written on the current
+// stream. `op` names the public op in messages. (scaled_mm_sm90.cpp)
+at::Tensor scaled_mm_sm90_checked(const char* op, ScaledMmSm90Params params, const at::Tensor& a, const at::Tensor& b,
+                                  const at::Tensor& a_scale, const at::Tensor& b_scale,
+                                  const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                                  const DeviceInfo& info);
+
+// x as [rows, K] with unit stride along K and a row pitch the quantizers take (a view
+// where the strides allow it). (quantize.cpp)
+at::Tensor quantizer_rows(const at::Tensor& x, int64_t k);
+
+// The CUDA quantizers on checked operands: `rows` from quantizer_rows, non-empty, on a
+// device they run on; q [rows, K] int8 and (per token) scale [rows, 1] fp32 are written
+// on the current stream. `op` names the public op in messages. (quantize.cpp)
+void quantize_per_token_checked(const char* op, const at::Tensor& rows, at::Tensor& q, at::Tensor& scale);
+void quantize_static_checked(const char* op, const at::Tensor& rows, at::Tensor& q, const at::Tensor& scale,
+                             const c10::optional<at::Tensor>& zero_point);
 
 }  // namespace w8a8

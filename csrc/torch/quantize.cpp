@@ -1,15 +1,15 @@
-// Torch binding of the CUDA activation quantizers (csrc/quantize.cu): schemas,
-// tensor checks, output allocation, the current stream.
+// Torch binding of the CUDA activation quantizers (quantize/quantize.cu), part of
+// w8a8._C: schemas, checks, output allocation, the current stream.
 //
-// Ops (namespace w8a8), the "cuda" backend of w8a8.quantize_per_token / quantize_static:
-//   quantize_per_token_cuda(Tensor x) -> (Tensor q, Tensor scale)
-//       x [..., K] fp32/fp16/bf16, last dim contiguous -> q [..., K] int8, scale [..., 1] fp32
-//   quantize_static_cuda(Tensor x, Tensor scale, Tensor? zero_point) -> Tensor q
+// Kernel ops (namespace w8a8; the public ops w8a8::quantize_per_token /
+// quantize_static route to them):
+//   quantize_per_token_cuda(Tensor x) -> (Tensor, Tensor)
+//       x [..., K] fp32/fp16/bf16, K >= 1, unit stride along K -> q [..., K] int8,
+//       scale [..., 1] fp32
+//   quantize_static_cuda(Tensor x, Tensor scale, Tensor? zero_point) -> Tensor
 //       scale: one fp32 value on x's device; zero_point: one int8/int32 value or None
-// The math is w8a8/reference.py (quantize.h states it); the fakes are registered in w8a8/ops.py.
-#include <algorithm>
+// The math is w8a8/reference.py (quantize.h states it); the fakes are registered in Python.
 #include <cstdint>
-#include <string>
 #include <tuple>
 #include <vector>
 
@@ -18,103 +18,99 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include "quantize.h"
-#include "torch_device_info.h"
-#include "torch_messages.h"
-#include "torch_ops.h"
+#include "quantize/quantize.h"
+#include "torch/checks.h"
+#include "torch/device_info.h"
+#include "torch/messages.h"
+#include "torch/ops.h"
 
 namespace w8a8 {
 namespace {
 
-QuantInDtype in_dtype(const at::Tensor& x, const char* op) {
+QuantInDtype in_dtype(const at::Tensor& x) {
   switch (x.scalar_type()) {
     case at::kFloat: return QuantInDtype::kFloat32;
     case at::kHalf: return QuantInDtype::kFloat16;
-    case at::kBFloat16: return QuantInDtype::kBFloat16;
-    default: break;
+    default: return QuantInDtype::kBFloat16;  // the op's checks admit these three only
   }
-  W8A8_OP_CHECK(op, false, "x must be float32, float16 or bfloat16, got ", x.scalar_type());
-  return QuantInDtype::kFloat32;
 }
 
-// x as [rows, K] with unit column stride (a view when the leading dims merge), plus
-// the checks every quantizer shares.
-at::Tensor rows_of(const at::Tensor& x, const char* op) {
-  W8A8_OP_CHECK(op, x.is_cuda(), "x must be a CUDA tensor, got device ", x.device());
-  W8A8_OP_CHECK(op, x.dim() >= 1, "x must have at least 1 dimension [..., K], got shape ", x.sizes());
-  const int64_t k = x.size(-1);
-  W8A8_OP_CHECK(op, k >= 1 || x.numel() == 0, "K (x's last dim) must be >= 1, got shape ", x.sizes());
-  W8A8_OP_CHECK(op, k <= 1 || x.stride(-1) == 1, "x's last dim must be contiguous, got strides ",
-                x.strides(), " for shape ", x.sizes());
-  const DeviceInfo& info = device_info(x.device().index());
-  W8A8_OP_CHECK(op, info.major == 9 && info.minor == 0,
-                "the CUDA quantization kernels are built for sm_90a (compute capability 9.0), got ",
-                info.major, ".", info.minor, " on ", x.device());
-  return x.reshape({-1, std::max<int64_t>(k, 1)});
-}
-
-QuantizeParams params_of(const at::Tensor& rows, at::Tensor& q, QuantInDtype dtype) {
+QuantizeParams params_of(const at::Tensor& rows, at::Tensor& q) {
   QuantizeParams p;
   p.x = rows.data_ptr();
   p.q = q.data_ptr<int8_t>();
-  p.in_dtype = dtype;
+  p.in_dtype = in_dtype(rows);
   p.rows = rows.size(0);
   p.k = rows.size(1);
   p.ldx = rows.size(0) == 1 ? rows.size(1) : rows.stride(0);
   return p;
 }
 
-}  // namespace
+// What the quantizer kernels can take, after the op's rules (x non-empty).
+void check_kernels(const char* op, const at::Tensor& x, int64_t k) {
+  const int64_t rows = x.numel() / k;
+  W8A8_CHECK_VALUE(op, rows <= 2147483647, "the CUDA quantizers need fewer than 2^31 rows, got ", rows,
+                   " rows of K = ", k);
+  const DeviceInfo& info = device_info(x.device().index());
+  // The quantizers are built into the sm_90a library.
+  checks::capability(op, "the CUDA quantizers", info.major == 9 && info.minor == 0, "9.0", info.major, info.minor,
+                     x.device());
+}
 
-std::tuple<at::Tensor, at::Tensor> quantize_per_token(const at::Tensor& x) {
-  constexpr const char* op = "w8a8.quantize_per_token(backend='cuda')";
-  const QuantInDtype dtype = in_dtype(x, op);
+std::tuple<at::Tensor, at::Tensor> quantize_per_token_op(const at::Tensor& x) {
+  constexpr const char* op = "quantize_per_token";
+  checks::quantize_per_token(x);
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor rows = rows_of(x, op);
   at::Tensor q = at::empty(x.sizes(), x.options().dtype(at::kChar));
   std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
   scale_shape.back() = 1;
   at::Tensor scale = at::empty(scale_shape, x.options().dtype(at::kFloat));
   if (x.numel() == 0) return {q, scale};
-  try {
-    quantize_per_token_cuda(params_of(rows, q, dtype), scale.data_ptr<float>(),
-                            c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
-  } catch (const std::exception& e) {
-    W8A8_OP_CHECK(op, false, e.what());
-  }
+  const int64_t k = x.size(-1);
+  check_kernels(op, x, k);
+  at::Tensor q_rows = q.view({-1, k});
+  at::Tensor scale_rows = scale.view({-1, 1});
+  quantize_per_token_checked(op, quantizer_rows(x, k), q_rows, scale_rows);
   return {q, scale};
 }
 
-at::Tensor quantize_static(const at::Tensor& x, const at::Tensor& scale,
-                           const c10::optional<at::Tensor>& zero_point) {
-  constexpr const char* op = "w8a8.quantize_static(backend='cuda')";
-  const QuantInDtype dtype = in_dtype(x, op);
-  W8A8_OP_CHECK(op, scale.scalar_type() == at::kFloat && scale.numel() == 1,
-                "scale must hold one float32 value, got ", scale.scalar_type(), " of shape ", scale.sizes());
-  W8A8_OP_CHECK(op, scale.device() == x.device(), "scale must be on ", x.device(), " like x, got ",
-                scale.device());
-  bool zp_int32 = false;
-  if (zero_point.has_value()) {
-    const at::Tensor& zp = *zero_point;
-    W8A8_OP_CHECK(op, (zp.scalar_type() == at::kChar || zp.scalar_type() == at::kInt) && zp.numel() == 1,
-                  "zero_point must hold one int8 or int32 value, got ", zp.scalar_type(), " of shape ",
-                  zp.sizes());
-    W8A8_OP_CHECK(op, zp.device() == x.device(), "zero_point must be on ", x.device(), " like x, got ",
-                  zp.device());
-    zp_int32 = zp.scalar_type() == at::kInt;
-  }
+at::Tensor quantize_static_op(const at::Tensor& x, const at::Tensor& scale,
+                              const c10::optional<at::Tensor>& zero_point) {
+  constexpr const char* op = "quantize_static";
+  checks::quantize_static(x, scale, zero_point);
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor rows = rows_of(x, op);
   at::Tensor q = at::empty(x.sizes(), x.options().dtype(at::kChar));
-  if (x.numel() == 0) return q;
-  try {
-    quantize_static_cuda(params_of(rows, q, dtype), scale.data_ptr<float>(),
-                         zero_point.has_value() ? zero_point->data_ptr() : nullptr, zp_int32,
-                         c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
-  } catch (const std::exception& e) {
-    W8A8_OP_CHECK(op, false, e.what());
-  }
+  if (x.numel() == 0) return q;  // also K == 0
+  const int64_t k = x.size(-1);
+  check_kernels(op, x, k);
+  at::Tensor q_rows = q.view({-1, k});
+  quantize_static_checked(op, quantizer_rows(x, k), q_rows, scale, zero_point);
   return q;
+}
+
+}  // namespace
+
+at::Tensor quantizer_rows(const at::Tensor& x, int64_t k) {
+  at::Tensor rows = x.reshape({-1, k});
+  // The kernels step rows by a pitch >= K (a broadcast x, stride 0, is copied) and read
+  // K with unit stride (a single element per row has no K stride to speak of).
+  if ((rows.size(0) > 1 && rows.stride(0) < k) || (k > 1 && rows.stride(1) != 1)) rows = rows.contiguous();
+  return rows;
+}
+
+void quantize_per_token_checked(const char* op, const at::Tensor& rows, at::Tensor& q, at::Tensor& scale) {
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(rows.device().index()).stream();
+  call_kernel_library(op, [&] { quantize_per_token_cuda(params_of(rows, q), scale.data_ptr<float>(), stream); });
+}
+
+void quantize_static_checked(const char* op, const at::Tensor& rows, at::Tensor& q, const at::Tensor& scale,
+                             const c10::optional<at::Tensor>& zero_point) {
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(rows.device().index()).stream();
+  const bool zp_int32 = zero_point.has_value() && zero_point->scalar_type() == at::kInt;
+  call_kernel_library(op, [&] {
+    quantize_static_cuda(params_of(rows, q), scale.data_ptr<float>(),
+                         zero_point.has_value() ? zero_point->data_ptr() : nullptr, zp_int32, stream);
+  });
 }
 
 }  // namespace w8a8
@@ -125,6 +121,6 @@ TORCH_LIBRARY_FRAGMENT(w8a8, m) {
 }
 
 TORCH_LIBRARY_IMPL(w8a8, CUDA, m) {
-  m.impl("quantize_per_token_cuda", &w8a8::quantize_per_token);
-  m.impl("quantize_static_cuda", &w8a8::quantize_static);
+  m.impl("quantize_per_token_cuda", &w8a8::quantize_per_token_op);
+  m.impl("quantize_static_cuda", &w8a8::quantize_static_op);
 }

@@ -1,9 +1,3 @@
-// Explicit instantiation of the sm80 int8 scaled matmul for config Sm80Int8M128
-// (see scaled_mm_sm80_configs.cuh), both output dtypes. One config per file
-// so that the build compiles the configs in parallel.
-#include "scaled_mm_sm80_kernel.cuh"
-
-namespace w8a8::sm80 {
-template struct ScaledMmSm80Launcher<Sm80Int8M128, cutlass::bfloat16_t>;
-template struct ScaledMmSm80Launcher<Sm80Int8M128, cutlass::half_t>;
-}  // namespace w8a8::sm80
+// Sm80Tile128x128x64_W64x64x64_S5 (sm80/scaled_mm_sm80_configs.cuh), bf16 and fp16 out.
+#include "sm80/scaled_mm_sm80_kernel.cuh"
+W8A8_SM80_INSTANTIATE(Sm80Tile128x128x64_W64x64x64_S5)

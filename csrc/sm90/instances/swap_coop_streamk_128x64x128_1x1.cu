@@ -1,9 +1,3 @@
-// Explicit instantiation of the sm90 int8 scaled matmul for config Sm90Int8SwapN64
-// (see scaled_mm_sm90_configs.cuh), both output dtypes. One config per file
-// so that the build compiles the configs in parallel.
-#include "scaled_mm_sm90_kernel.cuh"
-
-namespace w8a8::sm90 {
-template struct ScaledMmSm90Launcher<Sm90Int8SwapN64, cutlass::bfloat16_t>;
-template struct ScaledMmSm90Launcher<Sm90Int8SwapN64, cutlass::half_t>;
-}  // namespace w8a8::sm90
+// Sm90SwapABCoopStreamK128x64x128_1x1 (sm90/scaled_mm_sm90_configs.cuh), bf16 and fp16 out.
+#include "sm90/scaled_mm_sm90_kernel.cuh"
+W8A8_SM90_INSTANTIATE(Sm90SwapABCoopStreamK128x64x128_1x1)
