@@ -100,7 +100,6 @@ def test_load_state_dict_upcasts_half_scales_exactly():
     assert torch.equal(layer.weight_scale, src.weight_scale.bfloat16().float())
 
 
-@pytest.mark.xfail(strict=True, reason="needs torch.library.register_autograd on w8a8::linear in w8a8/ops.py")
 def test_backward_raises_inference_only():
     layer = _layer()
     x = torch.randn(2, 32, requires_grad=True)

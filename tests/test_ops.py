@@ -47,8 +47,6 @@ def test_opcheck_public_ops(device):
                                                          *_linear_args(device, 1, False)[1:3], None, None, None))
 
 
-@pytest.mark.xfail(strict=True, reason="w8a8 bug: on the CPU w8a8::quantize_static returns a permuted input's "
-                   "strides (reference.quantize_static), its fake a contiguous tensor: opcheck's fake-tensor test fails")
 def test_opcheck_quantize_static_permuted_input_cpu():
     x = torch.randn(3, 6, 40).transpose(0, 1)
     torch.library.opcheck(torch.ops.w8a8.quantize_static.default, (x, torch.tensor([0.02]), None))

@@ -179,8 +179,6 @@ def test_static_strided_views_and_degenerate_scales(device, backend):
     static(backend, torch.empty(4, 0, device=device), torch.tensor([1.0], device=device), None)  # K = 0
 
 
-@pytest.mark.xfail(strict=True, reason="w8a8 bug: reference.quantize_static keeps a permuted input's strides "
-                   "(clamp_ in place), so the CPU op's output is not contiguous while its fake says it is")
 def test_static_output_is_contiguous_on_the_reference():
     x = torch.randn(3, 6, 40).transpose(0, 1)
     assert w8a8.quantize_static(x, torch.tensor([0.02])).is_contiguous()

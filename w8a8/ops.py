@@ -130,6 +130,26 @@ for _key in ("CPU", "CUDA"):  # CPU: Triton's interpreter (tests)
     _lib.impl("scaled_mm_triton", _triton_scaled_mm, _key)
 
 
+def _inference_only(op: str):
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            f"w8a8.{op} is inference only: int8 weights have no gradient and the quantizers none that "
+            "would be meaningful; keep W8A8 layers out of the autograd graph (torch.inference_mode) or "
+            "train the float model"
+        )
+
+    return backward
+
+
+def _no_context(ctx, inputs, output) -> None:
+    pass
+
+
+# Inference only: a backward through the ops (W8A8Linear) raises this, not a silent zero.
+for _name in ("scaled_mm", "linear"):
+    torch.library.register_autograd(f"w8a8::{_name}", _inference_only(_name), setup_context=_no_context)
+
+
 # --- public wrappers -----------------------------------------------------------------------
 
 

@@ -70,7 +70,7 @@ def quantize_static(
     x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Reference per-tensor static quantization. See the module docstring."""
-    xf = x.float()
+    xf = x.float().contiguous()  # the codes are contiguous whatever x's strides (as every kernel writes them)
     q = torch.round(xf / scale.float().reshape(()))
     q = q.nan_to_num(0.0, posinf=float(QMAX) * 4, neginf=float(QMIN) * 4)
     if zero_point is not None:

@@ -171,16 +171,35 @@ def _worker(rank, backend, init_file, ckpt, seed):
         dist.destroy_process_group()
 
 
+def _per_head_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """transformers' eager attention computed one head at a time. torch's CPU matmul of a
+    [B, H, S, D] batch is not slice-invariant (the first 2 of 4 heads differ in the last bit
+    from the same 2 heads computed alone, single-threaded too), which flips an int8 code of
+    o_proj's input now and then; per head, a rank's heads are computed exactly as the whole
+    model computes them, so the comparison isolates the W8A8 layers."""
+    groups = query.shape[1] // key.shape[1]
+    heads = []
+    for h in range(query.shape[1]):
+        k, v = key[:, h // groups], value[:, h // groups]
+        scores = torch.matmul(query[:, h], k.transpose(1, 2)) * scaling
+        if attention_mask is not None:
+            scores = scores + attention_mask[:, 0, :, : k.shape[1]]
+        heads.append(torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype), v))
+    return torch.stack(heads, dim=2).contiguous(), None  # [B, S, H, D], as transformers expects
+
+
 def _hf_llama_worker(rank, init_file, seed):
     """A whole (tiny) HF Llama, quantized, then sharded by llama_plan: logits bit-identical."""
     import transformers
 
+    transformers.AttentionInterface.register("w8a8_test_per_head", _per_head_attention)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=120))
     try:
         config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                           num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                          hidden_act="relu", attn_implementation="eager")  # see MLP
+                                          hidden_act="relu",  # see MLP
+                                          attn_implementation="w8a8_test_per_head")
 
         def model():
             torch.manual_seed(seed)
