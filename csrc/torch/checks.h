@@ -2,8 +2,9 @@
 //
 // First the rules of the public ops, as w8a8/validate.py states them: the same
 // rules in the same order with the same words, raised as ValueError, so a bad
-// input gives one error whichever kernel the dispatcher picked (the "must be a
-// tensor" rules are left to the schemas). Then what the kernels can take
+// input gives one error whichever kernel the dispatcher picked. Of the "must be a
+// tensor" rules only None is left to check: the schemas refuse other non-tensors,
+// but hand None to a `Tensor` argument as an undefined tensor. Then what the kernels can take
 // (bf16 / fp16 output, 16-byte rows, 32-bit sizes, the compute capability),
 // which only a caller that forces a kernel can break: the Python router sends
 // such operands elsewhere.
@@ -32,6 +33,11 @@ inline bool is_zero_point_dtype(at::ScalarType t) { return t == at::kChar || t =
 // ---------------------------------------------------------------------------
 // The rules of validate.py, helper for helper.
 // ---------------------------------------------------------------------------
+
+// validate._tensor for a `Tensor` argument: None arrives as an undefined tensor.
+inline void tensor(const char* op, const char* name, const at::Tensor& t) {
+  W8A8_CHECK_VALUE(op, t.defined(), name, " must be a tensor, got NoneType");
+}
 
 inline void unit_k_stride(const char* op, const char* name, const at::Tensor& t) {
   W8A8_CHECK_VALUE(op, t.size(-1) <= 1 || t.stride(-1) == 1, name,
@@ -66,6 +72,7 @@ inline void same_device(const char* op, const at::Device& device, const char* an
 inline const at::Tensor* optional_ptr(const c10::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; }
 
 inline void float_input(const char* op, const at::Tensor& x) {
+  tensor(op, "x", x);
   W8A8_CHECK_VALUE(op, is_float_dtype(x.scalar_type()), "x must be one of ", kFloatDtypes, ", got ", x.scalar_type());
   W8A8_CHECK_VALUE(op, x.dim() >= 1, "x must have at least 1 dimension [..., K], got shape ", x.sizes());
 }
@@ -84,6 +91,7 @@ inline void quantize_static(const at::Tensor& x, const at::Tensor& scale, const 
   constexpr const char* op = "quantize_static";
   float_input(op, x);
   unit_k_stride(op, "x", x);
+  tensor(op, "scale", scale);
   W8A8_CHECK_VALUE(op, scale.scalar_type() == at::kFloat, "scale must be torch.float32, got ", scale.scalar_type());
   W8A8_CHECK_VALUE(op, scale.numel() == 1, "scale must hold one value, got shape ", scale.sizes());
   if (zero_point.has_value()) {
@@ -102,6 +110,10 @@ inline void quantize_static(const at::Tensor& x, const at::Tensor& scale, const 
 inline void scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale, const at::Tensor& b_scale,
                       const c10::optional<at::Tensor>& bias_, at::ScalarType out_dtype) {
   constexpr const char* op = "scaled_mm";
+  tensor(op, "a", a);
+  tensor(op, "b", b);
+  tensor(op, "a_scale", a_scale);
+  tensor(op, "b_scale", b_scale);
   W8A8_CHECK_VALUE(op, a.scalar_type() == at::kChar, "a must be torch.int8, got ", a.scalar_type());
   W8A8_CHECK_VALUE(op, b.scalar_type() == at::kChar, "b must be torch.int8, got ", b.scalar_type());
   W8A8_CHECK_VALUE(op, a.dim() == 2, "a must be 2-D [M, K], got shape ", a.sizes());
@@ -131,6 +143,8 @@ inline void linear(const at::Tensor& x, const at::Tensor& weight, const at::Tens
                    const c10::optional<at::Tensor>& input_zero_point) {
   constexpr const char* op = "linear";
   float_input(op, x);
+  tensor(op, "weight", weight);
+  tensor(op, "weight_scale", weight_scale);
   W8A8_CHECK_VALUE(op, weight.scalar_type() == at::kChar, "weight must be torch.int8, got ", weight.scalar_type());
   W8A8_CHECK_VALUE(op, weight.dim() == 2, "weight must be 2-D [N, K], got shape ", weight.sizes());
   const int64_t n = weight.size(0), k = weight.size(1);
