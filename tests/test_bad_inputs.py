@@ -17,11 +17,12 @@ import pytest
 import torch
 
 import w8a8
-from w8a8 import dispatch
+from w8a8 import dispatch, validate
 from helpers import CUDA, rand_int8, rand_scale
 
 N, K = 24, 32  # N % 8 == 0 and K % 16 == 0: every kernel takes the base shape
 M_VALUES = [1, 16, 64, 4096]
+BIG_K = validate.MAX_K + 1  # one past the K at which the int32 accumulator can overflow
 FLOAT = torch.bfloat16
 
 
@@ -118,6 +119,9 @@ SCALED_MM = {
     "bias_strided": lambda d, m: _mm(d, m, bias=lambda kw: torch.randn(2 * N, device=d)[::2]),
     "a_k_stride": lambda d, m: _mm(d, m, a=lambda kw: rand_int8(m, 2 * K, device=d)[:, ::2]),
     "b_transposed": lambda d, m: _mm(d, m, b=lambda kw: rand_int8(K, N, device=d).t()),
+    # Rows broadcast from one (stride 0): the K bound is checked before any stride rule.
+    "k_over_int32_bound": lambda d, m: _mm(d, m, a=rand_int8(1, BIG_K, device=d).expand(m, -1),
+                                           b=rand_int8(1, BIG_K, device=d).expand(N, -1)),
 }
 SCALED_MM_DEVICES = {  # a CPU tensor among CUDA ones (on a GPU)
     "b_on_cpu": lambda d, m: _mm(d, m, b=lambda kw: kw["b"].cpu()),
@@ -187,6 +191,8 @@ LINEAR = {
     "weight_dtype": lambda d, m: _lin(d, m, weight=lambda kw: kw["weight"].float()),
     "weight_3d": lambda d, m: _lin(d, m, weight=lambda kw: kw["weight"][None]),
     "k_mismatch": lambda d, m: _lin(d, m, x=lambda kw: _x(d, m, K + 1)),
+    "k_over_int32_bound": lambda d, m: _lin(d, m, x=torch.zeros(1, BIG_K, device=d, dtype=FLOAT).expand(m, -1),
+                                            weight=rand_int8(1, BIG_K, device=d).expand(N, -1)),
     "weight_scale_dtype": lambda d, m: _lin(d, m, weight_scale=lambda kw: kw["weight_scale"].half()),
     "weight_scale_numel": lambda d, m: _lin(d, m, weight_scale=lambda kw: rand_scale(N + 1, device=d)),
     "weight_scale_strided": lambda d, m: _lin(d, m, weight_scale=lambda kw: rand_scale(2 * N, device=d)[::2]),

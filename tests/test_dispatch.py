@@ -49,7 +49,8 @@ def test_unknown_names():
 
 
 def test_triton_on_the_cpu_only_in_the_interpreter(monkeypatch):
-    assert dispatch.unavailable_reason("scaled_mm", "triton", torch.device("cpu")) is None  # conftest sets it
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # (conftest sets it only where there is no GPU)
+    assert dispatch.unavailable_reason("scaled_mm", "triton", torch.device("cpu")) is None
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert "set TRITON_INTERPRET=1" in dispatch.unavailable_reason("scaled_mm", "triton", torch.device("cpu"))
 

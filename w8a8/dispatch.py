@@ -328,7 +328,9 @@ def linear_kernel(x, weight, backend: str | None = None):
     ``w8a8::linear_sm90`` for few tokens on sm90, else quantize + scaled_mm as chosen here
     (``backend`` names the GEMM kernel; the Triton and reference GEMMs take the quantizer
     of the same name, the others the default one)."""
-    if backend in (None, "sm90") and _linear_sm90_fits(x, weight):
+    # (Traced only when a kernel is named: the public op is opaque. The single op's route
+    # reads data pointers, which a traced tensor has not: the composed path is traced.)
+    if backend in (None, "sm90") and not torch.compiler.is_compiling() and _linear_sm90_fits(x, weight):
         return torch.ops.w8a8.linear_sm90.default
     if backend is None:
         return linear_composed

@@ -16,6 +16,9 @@ import torch
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 ZERO_POINT_DTYPES = (torch.int8, torch.int32)
+# The int32 accumulator holds K products of int8 codes, each at most 128 * 128 = 2**14 in
+# magnitude: K <= (2**31 - 1) // 2**14 can never overflow it.
+MAX_K = (2**31 - 1) // (128 * 128)
 
 
 def dims(values) -> str:
@@ -79,6 +82,12 @@ def _bias(op: str, bias: torch.Tensor, n, out_dtype: torch.dtype) -> None:
     _require(bias.numel() <= 1 or bias.stride(0) == 1, op, lambda: f"bias must be contiguous, got strides {dims(bias.stride())}")
 
 
+def _k_fits_int32(op: str, k) -> None:
+    _require(
+        k <= MAX_K, op, lambda: f"K must be at most {MAX_K} (K products of 128 x 128 must fit the int32 accumulator), got K = {k}"
+    )
+
+
 def _same_device(op: str, device: torch.device, anchor: str, tensors) -> None:
     for name, t in tensors:
         if t is not None:
@@ -134,6 +143,7 @@ def scaled_mm(a, b, a_scale, b_scale, bias, out_dtype) -> None:
     m, k = a.shape
     n = b.shape[0]
     _require(b.shape[1] == k, op, lambda: f"b must be [N, K] with K = {k} (a's K), got shape {dims(b.shape)}")
+    _k_fits_int32(op, k)
     _require(out_dtype in OUT_DTYPES, op, lambda: f"out_dtype must be one of {names(OUT_DTYPES)}, got {out_dtype}")
     _scale_vector(op, "a_scale", a_scale, m, "M")
     _scale_vector(op, "b_scale", b_scale, n, "N")
@@ -162,6 +172,7 @@ def linear(x, weight, weight_scale, bias, input_scale, input_zero_point) -> None
     _require(
         x.shape[-1] == k, op, lambda: f"x must be [..., K] with K = {k} (weight's K), got shape {dims(x.shape)}"
     )
+    _k_fits_int32(op, k)
     _scale_vector(op, "weight_scale", weight_scale, n, "N")
     if bias is not None:
         _bias(op, bias, n, x.dtype)

@@ -27,6 +27,15 @@ constexpr const char* kFloatDtypes = "torch.float16, torch.bfloat16, torch.float
 constexpr const char* kOutDtypes = "torch.bfloat16, torch.float16, torch.float32";
 constexpr const char* kZeroPointDtypes = "torch.int8, torch.int32";
 
+// validate.MAX_K: the int32 accumulator holds K products of int8 codes, each at most
+// 128 * 128 = 2^14 in magnitude, so K <= (2^31 - 1) / 2^14 can never overflow it.
+constexpr int64_t kMaxK = 2147483647 / (128 * 128);
+
+inline void k_fits_int32(const char* op, int64_t k) {
+  W8A8_CHECK_VALUE(op, k <= kMaxK, "K must be at most ", kMaxK,
+                   " (K products of 128 x 128 must fit the int32 accumulator), got K = ", k);
+}
+
 inline bool is_float_dtype(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat; }
 inline bool is_zero_point_dtype(at::ScalarType t) { return t == at::kChar || t == at::kInt; }
 
@@ -120,6 +129,7 @@ inline void scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor
   W8A8_CHECK_VALUE(op, b.dim() == 2, "b must be 2-D [N, K] (the nn.Linear weight layout), got shape ", b.sizes());
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
   W8A8_CHECK_VALUE(op, b.size(1) == k, "b must be [N, K] with K = ", k, " (a's K), got shape ", b.sizes());
+  k_fits_int32(op, k);
   W8A8_CHECK_VALUE(op, out_dtype == at::kBFloat16 || out_dtype == at::kHalf || out_dtype == at::kFloat,
                    "out_dtype must be one of ", kOutDtypes, ", got ", out_dtype);
   scale_vector(op, "a_scale", a_scale, m, "M");
@@ -149,6 +159,7 @@ inline void linear(const at::Tensor& x, const at::Tensor& weight, const at::Tens
   W8A8_CHECK_VALUE(op, weight.dim() == 2, "weight must be 2-D [N, K], got shape ", weight.sizes());
   const int64_t n = weight.size(0), k = weight.size(1);
   W8A8_CHECK_VALUE(op, x.size(-1) == k, "x must be [..., K] with K = ", k, " (weight's K), got shape ", x.sizes());
+  k_fits_int32(op, k);
   scale_vector(op, "weight_scale", weight_scale, n, "N");
   if (bias_.has_value()) bias(op, *bias_, n, x.scalar_type());
   if (input_scale.has_value()) {

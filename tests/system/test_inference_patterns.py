@@ -119,11 +119,16 @@ def test_graphs_sharing_one_memory_pool():
 
 @gpu
 def test_bf16_sm90_layers_take_the_single_op_path():
+    """The compiled graph names the public op (one graph, no break); when it runs on sm90
+    with few tokens, the op's CUDA implementation picks the single C++ op."""
     from w8a8 import dispatch
 
     if dispatch.unavailable_reason("scaled_mm", "sm90", torch.device("cuda")) is not None:
         pytest.skip("no CUTLASS kernel on this GPU")
     model, dtype = _stack("cuda")
-    explanation = torch._dynamo.explain(model)(_inputs(2, "cuda", dtype))
+    x = _inputs(2, "cuda", dtype)
+    explanation = torch._dynamo.explain(model)(x)
     code = "\n".join(g.code for g in explanation.graphs)
-    assert "w8a8.linear_sm90" in code, code
+    assert explanation.graph_break_count == 0 and "torch.ops.w8a8.linear.default" in code, code
+    fed_by_x = [m for m in model.modules() if isinstance(m, w8a8.W8A8Linear) and m.in_features == x.shape[-1]]
+    assert fed_by_x and all(dispatch.linear_kernel(x, m.weight) is torch.ops.w8a8.linear_sm90.default for m in fed_by_x)
