@@ -27,9 +27,14 @@ def test_sanitize_cases_dry_run():
     assert len(set(names)) == len(names), "case names must be unique"
     assert set(small_names) < set(names)
     # Every CUTLASS config bucket, the split-K / stream-K paths, the quantizers and Triton are there.
-    for prefix in ("sm90_config0_", "sm80_config0_", "sm90_split_k4_", "sm90_streamk_", "sm90_heuristic_split", "cuda_per_token_",
+    for prefix in ("sm90_split_k4_", "sm90_streamk_", "sm90_heuristic_split", "cuda_per_token_",
                    "cuda_static_", "linear_sm90_", "triton_mm_", "triton_per_token_", "triton_static_"):
         assert any(n.startswith(prefix) for n in small_names), prefix
+    # Every config entry of both tables (the built tables on a GPU, a nominal one in a dry run without).
+    for family in ("sm90", "sm80"):
+        entries = dispatch.config_names(family) or [f"config{i}" for i in range(3)]
+        for entry in entries:
+            assert f"{family}_{entry}_small" in small_names, (family, entry)
 
 
 def test_sanitize_cases_split_by_output_writer():
