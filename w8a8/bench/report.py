@@ -20,7 +20,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 DOCS = ROOT / "docs"
 
 _MM = "python -m w8a8 bench --out benchmarks/results --suites scaled_mm"
-_SWEEP = "--shapes 4096x4096,6144x4096,12288x4096,28672x4096,4096x14336,8192x8192,57344x8192,8192x28672 --config-ids <those>"
+_SWEEP = "--shapes 4096x4096,6144x4096,12288x4096,28672x4096,4096x14336,8192x8192,57344x8192,8192x28672 --configs <those entries>"
 # Every file in benchmarks/results: what it holds, and the command (on the GPU machine) that writes it.
 SOURCES = {
     "scaled_mm_h100.json": ("kernel grid: 8 Llama-3 shapes, M = 1..8192, every GEMM", f"{_MM} --tag h100"),
@@ -30,7 +30,8 @@ SOURCES = {
     "scaled_mm_gemvsweep_h100.json": ("M = 1..16: sm90, the swap-AB 128x16 tile, each GEMV K split",
                                       f"{_MM} --m 1,2,3,4,8,16 {_SWEEP} --tag gemvsweep_h100"),
     "scaled_mm_configsweep_h100.json": ("every sm90 CUTLASS tile, M = 1..1024", f"{_MM} --backends sm90 "
-                                        "--m 1,16,32,64,128,256,512,1024 --config-ids <all CUTLASS> --tag configsweep_h100"),
+                                        "--m 1,16,32,64,128,256,512,1024 --configs <every CUTLASS entry of a W8A8_SWEEP_CONFIGS=1 build> "
+                                        "--tag configsweep_h100"),
     "linear_h100.json": ("`W8A8Linear` end to end on the kernel grid",
                          "python -m w8a8 bench --out benchmarks/results --suites linear --tag h100"),
     "quant_h100.json": ("per-token quantizers", "python benchmarks/bench_quant.py --out benchmarks/results/quant_h100.json"),
@@ -43,10 +44,6 @@ SOURCES = {
                            "python -m w8a8.bench.tp --out benchmarks/results --tag h200x2"),
 }
 
-# The grid run timed the sm90 op before its decode kernels (the GEMV, the skinny GEMM) took
-# M <= 16: its sm90 rows there are replaced by the decode runs' rows, and points those runs
-# lack are left out.
-DECODE_MAX_M = 16
 GRID_M = (1, 16, 64, 128, 512, 2048, 8192)
 PEERS = {"w8a8 sm90": "sm90", "w8a8 triton": "triton", "torch._int_mm (int32 out, no dequant)": "`_int_mm` (int32 out)",
          "torch._int_mm + dequant (eager)": "`_int_mm` + dequant, eager",
@@ -96,17 +93,8 @@ def _x(rows: list[dict], impl: str, **where) -> float:
 
 
 def kernel_rows() -> list[dict]:
-    """The kernel grid, its sm90 rows at M <= DECODE_MAX_M taken from the decode runs."""
-    grid = load("scaled_mm_h100.json")["rows"]
-    rows = [r for r in grid if not (r["impl"] == "w8a8 sm90" and r["M"] <= DECODE_MAX_M)]
-    shapes, seen = set(_shapes(grid)), set()
-    for name in ("scaled_mm_decode_h100.json", "scaled_mm_skinnysweep_h100.json"):
-        for r in load(name)["rows"]:
-            key = (r["M"], r["N"], r["K"])
-            if r["impl"] == "w8a8 sm90" and r["M"] in GRID_M and key[1:] in shapes and key not in seen:
-                seen.add(key)
-                rows.append(r)
-    return rows
+    """The kernel grid (one run: every GEMM at every point)."""
+    return load("scaled_mm_h100.json")["rows"]
 
 
 def m_table(rows: list[dict], impl: str, extra: str | None = None) -> list[str]:
@@ -154,8 +142,9 @@ def quant_table() -> list[str]:
 def decode_step_tables() -> list[str]:
     rows = load("decode_h100.json")["rows"]
     host = {r["impl"]: r for r in rows if r["what"] == "host time per call"}
-    labels = {"bf16 nn.Linear": "bf16 `nn.Linear`", "W8A8Linear": "`W8A8Linear` (one C++ call)",
-              "op quantize_per_token_cuda": "CUDA quantizer op alone", "op scaled_mm_cutlass": "sm90 GEMM op alone"}
+    labels = {"bf16 nn.Linear": "bf16 `nn.Linear`", "W8A8Linear": "`W8A8Linear` (one C++ call on sm90)",
+              "op linear_sm90": "that C++ op alone", "op quantize_per_token_cuda": "CUDA quantizer op alone",
+              "op scaled_mm_sm90": "sm90 GEMM op alone"}
     steps = {(r["impl"], r["pattern"]): r for r in rows if r["what"].startswith("decode step")}
     step_rows = [[p, f"{steps[('bf16', p)]['ms']:.3f}", f"{steps[('w8a8', p)]['ms']:.3f}", f"{steps[('w8a8', p)]['x_bf16']:.2f}"]
                  for p in dict.fromkeys(p for _, p in steps)]
@@ -232,9 +221,6 @@ def render_markdown(plots: bool = True) -> str:
         f"- Decode step (4 blocks, batch 1, CUDA graph): {graph['x_bf16']:.2f}x bf16. Tensor-parallel MLP block "
         f"(2x H200): {tp[1]:.2f}x at M = 1, {tp[2048]:.2f}x at M = 2048.",
         *_h("Kernel: `scaled_mm`, int8 activations in (x bf16)"),
-        f"sm90 at M <= {DECODE_MAX_M}: from `scaled_mm_decode_h100.json` and `scaled_mm_skinnysweep_h100.json`, "
-        "the runs of the decode kernels (`-`: a point they did not time).",
-        "",
         *m_table(kern, "w8a8 sm90"),
         "",
         "Every GEMM, geomean over M = 64..8192 (`torch._int_mm` refuses M <= 16 and does not dequantize; "
