@@ -42,7 +42,7 @@ for step in "$@"; do
     bench)
       python3 -m w8a8 bench --out "$OUT/results" 2>&1 | grep -v "it/s\]" | tail -25 ;;
     decode)
-      python3 benchmarks/bench_decode.py --out "$OUT/results/decode_h100.json" 2>&1 | tail -20 ;;
+      mkdir -p "$OUT/results" && python3 benchmarks/bench_decode.py --out "$OUT/results/decode_h100.json" 2>&1 | tail -20 ;;
     *)
       echo "unknown step $step"; exit 2 ;;
   esac

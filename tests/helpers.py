@@ -250,3 +250,45 @@ def cuobjdump() -> str | None:
 
         found = next(iter(glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump"))), None)
     return found
+
+
+# --- small models and folders for the checkpoint tests -----------------------------------------
+
+
+class Tiny(torch.nn.Module):
+    """Two quantizable Linears (one without bias) and a float lm_head."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(32, 48)
+        self.fc2 = torch.nn.Linear(48, 16, bias=False)
+        self.lm_head = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.lm_head(self.fc2(torch.relu(self.fc1(x))))
+
+
+def sentence_transformers_folder(tmp_path):
+    """A synthetic sentence-transformers folder: BERT weights, tokenizer files, modules.json,
+    1_Pooling/ (no download). Returns (the BertModel, the folder)."""
+    import json
+
+    import transformers
+
+    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=64, vocab_size=100)
+    bert = transformers.BertModel(cfg).eval()
+    src = tmp_path / "st"
+    bert.save_pretrained(src)
+    (src / "vocab.txt").write_text("\n".join(f"tok{i}" for i in range(100)))
+    (src / "chat_template.jinja").write_text("{{ messages }}")
+    (src / "added_tokens.json").write_text("{}")
+    (src / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]))
+    (src / "1_Pooling").mkdir()
+    (src / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                               "pooling_mode_mean_tokens": True}))
+    return bert, str(src)
+

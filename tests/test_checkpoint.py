@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 import w8a8
+from helpers import Tiny
 from w8a8 import reference
 from w8a8.checkpoint.safetensors_io import CheckpointError
 
@@ -19,17 +20,6 @@ from compressed_tensors.quantization.utils.helpers import calculate_qparams
 from safetensors.torch import load_file, save_file
 
 
-class Tiny(nn.Module):
-    """Two quantizable Linears (one without bias) and a float lm_head."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(32, 48)
-        self.fc2 = nn.Linear(48, 16, bias=False)
-        self.lm_head = nn.Linear(16, 8)
-
-    def forward(self, x):
-        return self.lm_head(self.fc2(torch.relu(self.fc1(x))))
 
 
 def _state(model):

@@ -8,18 +8,10 @@ import torch
 from torch import nn
 
 import w8a8
+from helpers import Tiny
 from w8a8 import CheckpointError
 
 
-class Tiny(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(32, 48)
-        self.fc2 = nn.Linear(48, 16, bias=False)
-        self.lm_head = nn.Linear(16, 8)
-
-    def forward(self, x):
-        return self.lm_head(self.fc2(torch.relu(self.fc1(x))))
 
 
 def _saved(tmp_path, **kw):

@@ -7,19 +7,11 @@ import torch
 from torch import nn
 
 import w8a8
+from helpers import Tiny, sentence_transformers_folder
 
 transformers = pytest.importorskip("transformers")
 
 
-class Tiny(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(32, 48)
-        self.fc2 = nn.Linear(48, 16, bias=False)
-        self.lm_head = nn.Linear(16, 8)
-
-    def forward(self, x):
-        return self.lm_head(self.fc2(torch.relu(self.fc1(x))))
 
 
 def _llama(**kw):
@@ -110,27 +102,10 @@ def test_save_pretrained_writes_the_int8_checkpoint(tmp_path):
     assert "quantization_config" in json.load(open(tmp_path / "sp2" / "config.json"))
 
 
-def _st_folder(tmp_path):
-    """A synthetic sentence-transformers folder: BERT weights, tokenizer files, modules.json, 1_Pooling/."""
-    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=64, vocab_size=100)
-    bert = transformers.BertModel(cfg).eval()
-    src = tmp_path / "st"
-    bert.save_pretrained(src)
-    (src / "vocab.txt").write_text("\n".join(f"tok{i}" for i in range(100)))
-    (src / "chat_template.jinja").write_text("{{ messages }}")
-    (src / "added_tokens.json").write_text("{}")
-    (src / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-    ]))
-    (src / "1_Pooling").mkdir()
-    (src / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}))
-    return bert, str(src)
 
 
 def test_source_side_files_and_sentence_transformers_modules_are_kept(tmp_path):
-    bert, src = _st_folder(tmp_path)
+    bert, src = sentence_transformers_folder(tmp_path)
     ids = torch.randint(0, 100, (2, 6))
     w8a8.quantize_model(bert, progress=False)
     with torch.no_grad():
@@ -150,7 +125,7 @@ def test_source_side_files_and_sentence_transformers_modules_are_kept(tmp_path):
 
 
 def test_output_equal_to_source_is_refused_before_anything(tmp_path):
-    _, src = _st_folder(tmp_path)
+    _, src = sentence_transformers_folder(tmp_path)
     before = sorted(os.listdir(src))
     model = _quantized()
     for out in (src, str(tmp_path)):  # the source itself, or a folder holding it

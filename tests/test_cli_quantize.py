@@ -8,29 +8,17 @@ import pytest
 import torch
 
 import w8a8
+from helpers import sentence_transformers_folder
 from w8a8.__main__ import main
 
 transformers = pytest.importorskip("transformers")
 
 
-def _st_folder(tmp_path):
-    """A synthetic sentence-transformers folder (BertModel + tokenizer files + modules.json + 1_Pooling/)."""
-    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=64, vocab_size=100)
-    bert = transformers.BertModel(cfg).eval()
-    src = tmp_path / "st"
-    bert.save_pretrained(src)
-    (src / "vocab.txt").write_text("\n".join(f"tok{i}" for i in range(100)))
-    (src / "chat_template.jinja").write_text("{{ messages }}")
-    (src / "modules.json").write_text(json.dumps([{"idx": 1, "name": "1", "path": "1_Pooling", "type": "Pooling"}]))
-    (src / "1_Pooling").mkdir()
-    (src / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
-    return bert, str(src)
 
 
 @pytest.fixture
 def st(tmp_path, capsys):
-    folder = _st_folder(tmp_path)
+    folder = sentence_transformers_folder(tmp_path)
     capsys.readouterr()  # transformers' own progress output while building the fixture
     return folder
 
@@ -91,7 +79,7 @@ def test_user_errors_are_one_line_exit_2(tmp_path, capsys, case, st):
 
 
 def test_subprocess_same_folder_keeps_the_float_model(tmp_path):
-    _, src = _st_folder(tmp_path)
+    _, src = sentence_transformers_folder(tmp_path)
     weights = open(os.path.join(src, "model.safetensors"), "rb").read()
     res = subprocess.run([sys.executable, "-m", "w8a8", "quantize", src, src], capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and "Traceback" not in res.stderr

@@ -139,6 +139,11 @@ def test_forced_kernels_equal_the_composition(device, backend, act_quant, zero_p
     the folded bias), any leading dims, with and without torch.compile(fullgraph=True)."""
     if use_compile and backend == "triton" and device == "cpu":
         pytest.skip("Triton's interpreter does not trace")
+    if use_compile and backend == "reference":
+        pytest.skip("the reference is torch code: compiled, Inductor regenerates it with its own rounding (the "
+                    "public op, compiled in test_compile / test_ops, is opaque and keeps its kernel)")
+    if use_compile:
+        torch._dynamo.reset()  # one code object (W8A8Linear.forward) across the parametrization: no recompile limit
     layer = w8a8.W8A8Linear(64, 48, act_quant=act_quant, backend=backend, device=device, dtype=torch.bfloat16,
                             input_zero_point=zero_point)
     layer.load_state_dict(w8a8.W8A8Linear.from_linear(

@@ -73,22 +73,23 @@ def load(module: str = "_C") -> tuple[bool, str]:
     return True, "loaded"
 
 
+def _library_list(family: str, what: str) -> tuple:
+    """``w8a8::<family>_<what>()`` of a compiled GEMM family, empty when its library is not built."""
+    if not load("_C" if family == "sm90" else "_C_sm80")[0]:
+        return ()
+    return tuple(getattr(torch.ops.w8a8, f"{family}_{what}")())
+
+
 @functools.lru_cache(maxsize=None)
 def archs(family: str) -> tuple[int, ...]:
     """The SM architectures a compiled kernel family (``"sm90"``, ``"sm80"``) was built for."""
-    module = "_C" if family == "sm90" else "_C_sm80"
-    if not load(module)[0]:
-        return ()
-    return tuple(int(a) for a in getattr(torch.ops.w8a8, f"{family}_archs")())
+    return tuple(int(a) for a in _library_list(family, "archs"))
 
 
 @functools.lru_cache(maxsize=None)
 def config_names(family: str) -> tuple[str, ...]:
     """The config table of a compiled GEMM family (benchmarks and tests address entries by name)."""
-    module = "_C" if family == "sm90" else "_C_sm80"
-    if not load(module)[0]:
-        return ()
-    return tuple(str(n) for n in getattr(torch.ops.w8a8, f"{family}_config_names")())
+    return tuple(str(n) for n in _library_list(family, "config_names"))
 
 
 def triton_interpret() -> bool:
@@ -310,10 +311,11 @@ def _linear_sm90_fits(x, weight) -> bool:
     """Whether W8A8Linear's forward runs as the single op w8a8::linear_sm90: few tokens, a
     device and shape ``_linear_sm90_serves``, a weight the CUTLASS kernels can read
     (otherwise the composed path routes or refuses with the op's words)."""
-    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() >= 1 and weight.dim() == 2):
+    if not isinstance(x, torch.Tensor) or x.device.type != "cuda" or not isinstance(weight, torch.Tensor) \
+            or weight.dim() != 2 or x.dim() < 1:
         return False
     n, k = weight.shape
-    if x.device.type != "cuda" or x.shape[-1] != k or x.numel() > LINEAR_SM90_MAX_TOKENS * max(k, 1):
+    if x.shape[-1] != k or x.numel() > LINEAR_SM90_MAX_TOKENS * max(k, 1):
         return False
     return (
         _linear_sm90_serves(x.device.index, x.dtype, k, n)

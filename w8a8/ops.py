@@ -153,6 +153,15 @@ for _name in ("scaled_mm", "linear"):
 # --- public wrappers -----------------------------------------------------------------------
 
 
+def _eager(t) -> bool:
+    """Whether a wrapper may call the kernel the op's implementation would pick without going
+    through the op (one dispatcher round trip less per call: host time at decode). Only for
+    plain tensors outside autograd and tracing: compile and export see the op, and a tensor
+    that requires grad meets its inference-only autograd rule."""
+    return type(t) is torch.Tensor and not t.requires_grad and not torch.compiler.is_compiling()
+
+
+
 def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-token (per-row) int8 quantization: ``w8a8::quantize_per_token``.
 
@@ -170,7 +179,7 @@ def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[tor
         An all-zero row gives q = 0, scale = 0. A row holding Inf or NaN gives
         q = 0 and scale = NaN, so that row of any product is NaN downstream.
     """
-    if backend is None:
+    if backend is None and not _eager(x):
         return torch.ops.w8a8.quantize_per_token.default(x)
     return dispatch.quantize_kernel("quantize_per_token", x, backend)(x)
 
@@ -192,7 +201,7 @@ def quantize_static(
     q : Tensor [..., K], int8. ``q = clamp(rint(x / scale) + zero_point, -128, 127)``;
         +-Inf saturate, NaN becomes ``zero_point`` (int8 cannot carry it).
     """
-    if backend is None:
+    if backend is None and not _eager(x):
         return torch.ops.w8a8.quantize_static.default(x, scale, zero_point)
     return dispatch.quantize_kernel("quantize_static", x, backend)(x, scale, zero_point)
 
@@ -227,7 +236,7 @@ def scaled_mm(
     -------
     out : Tensor [M, N], row-major, ``out_dtype``, on a's device.
     """
-    if backend is None:
+    if backend is None and not _eager(a):
         return torch.ops.w8a8.scaled_mm.default(a, b, a_scale, b_scale, bias, out_dtype)
     return dispatch.scaled_mm_kernel(a, b, out_dtype, backend)(a, b, a_scale, b_scale, bias, out_dtype)
 
@@ -259,7 +268,7 @@ def linear(
     input_zero_point : None or one int8 / int32 value (static, asymmetric).
     backend : None (the op), or a scaled_mm kernel name (see ``scaled_mm``).
     """
-    if backend is None:
+    if backend is None and not _eager(x):
         return torch.ops.w8a8.linear.default(x, weight, weight_scale, bias, input_scale, input_zero_point)
     impl = dispatch.linear_kernel(x, weight, backend)
     return impl(x, weight, weight_scale, bias, input_scale, input_zero_point)
