@@ -7,6 +7,11 @@ from torch import nn
 from w8a8 import dispatch, ops, reference
 
 ACT_QUANT_MODES = ("dynamic", "static")
+
+
+def _frozen(t: torch.Tensor) -> nn.Parameter:
+    """A parameter that is data, not a trainable weight (int8 codes cannot require grad)."""
+    return nn.Parameter(t, requires_grad=False)
 # Buffers whose dtype is part of the format: module casts (.half(), .to(dtype), .type()) move
 # them but keep their dtype; load_state_dict refuses any other dtype for them.
 FIXED_DTYPES = {
@@ -20,7 +25,8 @@ FIXED_DTYPES = {
 class W8A8Linear(nn.Module):
     """``y = x @ W^T + b`` with W int8 per output channel and x quantized to int8.
 
-    Buffers
+    Parameters (frozen: ``requires_grad=False``; registered as parameters so that tools that
+    walk parameters — counts, device maps, offloading — see them; the state dict is the same)
     -------
     weight : int8 [out_features, in_features]
     weight_scale : float32 [out_features]
@@ -36,7 +42,7 @@ class W8A8Linear(nn.Module):
         out = s * w_scale * ((q - zp) @ W^T) + bias
             = s * w_scale * (q @ W^T) + (bias - s * w_scale * zp * rowsum(W))
 
-    (fp32; the correction is recomputed from the buffers in every forward, an
+    (fp32; the correction is recomputed from the parameters in every forward, an
     int8 [N, K] row sum, so it always agrees with them).
 
     ``act_quant="dynamic"`` quantizes each token (row) with its own scale at run
@@ -76,21 +82,12 @@ class W8A8Linear(nn.Module):
                 f"W8A8Linear: backend must be None or one of {dispatch.BACKENDS['scaled_mm']}, got {backend!r}"
             )
         self.backend = backend
-        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8, device=device))
-        self.register_buffer("weight_scale", torch.ones(out_features, dtype=torch.float32, device=device))
-        if act_quant == "static":
-            self.register_buffer("input_scale", torch.ones(1, dtype=torch.float32, device=device))
-        else:
-            self.input_scale = None
-        if input_zero_point:
-            self.register_buffer("input_zero_point", torch.zeros(1, dtype=torch.int8, device=device))
-        else:
-            self.input_zero_point = None
-        if bias:
-            bias_dtype = dtype if dtype is not None else torch.get_default_dtype()
-            self.register_buffer("bias", torch.zeros(out_features, dtype=bias_dtype, device=device))
-        else:
-            self.bias = None
+        self.weight = _frozen(torch.zeros(out_features, in_features, dtype=torch.int8, device=device))
+        self.weight_scale = _frozen(torch.ones(out_features, dtype=torch.float32, device=device))
+        self.input_scale = _frozen(torch.ones(1, dtype=torch.float32, device=device)) if act_quant == "static" else None
+        self.input_zero_point = _frozen(torch.zeros(1, dtype=torch.int8, device=device)) if input_zero_point else None
+        bias_dtype = dtype if dtype is not None else torch.get_default_dtype()
+        self.bias = _frozen(torch.zeros(out_features, dtype=bias_dtype, device=device)) if bias else None
 
     @classmethod
     def from_linear(
@@ -132,8 +129,8 @@ class W8A8Linear(nn.Module):
         return module
 
     def _apply(self, fn, recurse=True):
-        """Casts keep the int8 / fp32 buffers' dtype and values; device moves move them."""
-        fixed = {k: self._buffers.pop(k) for k in FIXED_DTYPES if self._buffers.get(k) is not None}
+        """Casts keep the int8 / fp32 tensors' dtype and values; device moves move them."""
+        fixed = {k: self._parameters.pop(k) for k in FIXED_DTYPES if self._parameters.get(k) is not None}
         try:
             super()._apply(fn, recurse)
         finally:
@@ -142,10 +139,10 @@ class W8A8Linear(nn.Module):
                 try:
                     r = fn(t)
                 except BaseException:
-                    self._buffers.update(fixed)
+                    self._parameters.update(fixed)
                     raise
-                moved[key] = r if r.dtype == t.dtype else t.to(device=r.device)
-            self._buffers.update(moved)
+                moved[key] = _frozen(r if r.dtype == t.dtype else t.to(device=r.device))
+            self._parameters.update(moved)
         return self
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
@@ -154,7 +151,7 @@ class W8A8Linear(nn.Module):
         problems = []
         for name, want in FIXED_DTYPES.items():
             key = prefix + name
-            if key not in state_dict or self._buffers.get(name) is None:
+            if key not in state_dict or self._parameters.get(name) is None:
                 continue
             t = state_dict[key]
             if not isinstance(t, torch.Tensor):
