@@ -6,6 +6,11 @@ lists below; elsewhere the pure-Python
 package (reference and Triton backends) is installed and one line says so.
 Install with ``pip install --no-build-isolation -e .`` so the build sees the
 torch you run with.
+
+Build-time only (never runtime dependencies): the CUTLASS headers (the ``nvidia-cutlass``
+wheel, or ``CUTLASS_DIR``) and ``ninja``, both needed only where the CUDA extensions are
+built. Triton is not listed: a CUDA torch wheel already depends on the triton it was built
+with, and a CPU torch needs it only to run the tests (the ``test`` extra).
 """
 import os
 from pathlib import Path
@@ -59,7 +64,8 @@ def _cutlass_include_dirs():
 
     spec = importlib.util.find_spec("cutlass_library")  # found, not imported: headers only
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("w8a8: building w8a8._C needs the nvidia-cutlass package or CUTLASS_DIR")
+        raise RuntimeError("w8a8: building the CUDA extensions needs the CUTLASS headers (build time only): "
+                           "pip install --no-deps nvidia-cutlass==4.2.0.0, or set CUTLASS_DIR=/path/to/cutlass")
     src = Path(spec.submodule_search_locations[0]) / "source"
     return [str(src / "include"), str(src / "tools" / "util" / "include")]
 
@@ -99,19 +105,46 @@ ext, build_ext, why_not = _cuda_extension()
 if ext is None:
     print(f"w8a8: installing the pure-Python package without w8a8._C / w8a8._C_sm80: {why_not}.")
 
+def _version():
+    """``__version__`` from w8a8/_version.py, read without importing the package (which imports torch)."""
+    scope = {}
+    exec((ROOT / "w8a8" / "_version.py").read_text(), scope)
+    return scope["__version__"]
+
+
 setup(
     name="w8a8",
-    version="0.1.0",
+    version=_version(),
     description="Fast int8 (W8A8) linear layers for PyTorch: CUTLASS and Triton kernels",
     long_description=(ROOT / "README.md").read_text(),
     long_description_content_type="text/markdown",
+    author="The w8a8 maintainers",
+    license="Apache-2.0",
+    license_files=["LICENSE"],
+    classifiers=[
+        "Development Status :: 4 - Beta",
+        "Intended Audience :: Developers",
+        "Intended Audience :: Science/Research",
+        "Operating System :: POSIX :: Linux",
+        "Programming Language :: C++",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Environment :: GPU :: NVIDIA CUDA",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+        "Typing :: Typed",
+    ],
+    keywords=["int8", "quantization", "w8a8", "pytorch", "cutlass", "triton", "inference"],
     packages=find_packages(include=["w8a8", "w8a8.*"]),
+    package_data={"w8a8": ["py.typed"]},
     python_requires=">=3.10",
-    install_requires=["torch>=2.4", "triton", "nvidia-cutlass", "safetensors", "ninja", "tqdm"],
+    install_requires=["torch>=2.4", "safetensors", "tqdm"],
     extras_require={
         "hf": ["transformers"],
+        # triton: without a GPU the tests run the Triton kernels in Triton's interpreter.
         # compressed-tensors: the tests check our checkpoints against the library that defines the format.
-        "test": ["pytest", "numpy", "hypothesis", "transformers", "compressed-tensors==0.20.0"],
+        "test": ["pytest", "numpy", "hypothesis", "triton", "transformers", "compressed-tensors==0.20.0"],
+        # The Triton kernels are among those compared (a CUDA torch already brings triton); the plots need matplotlib.
+        "bench": ["triton", "matplotlib"],
     },
     ext_modules=ext or [],
     cmdclass={"build_ext": build_ext} if build_ext is not None else {},

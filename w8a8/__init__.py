@@ -3,15 +3,17 @@
 The math (stated once, in ``w8a8.reference``)::
 
     out = a_scale * (b_scale^T * (a_q @ b_q^T in int32)) + bias     (epilogue in fp32)
+
+``import w8a8`` costs little beyond ``import torch``: triton, torch._dynamo, transformers
+and safetensors are imported where they are used (tests/test_packaging.py checks it).
 """
+from w8a8._version import __version__
 from w8a8.dispatch import BACKENDS
 from w8a8.calibrate import calibrate, llama_mappings, smooth
 from w8a8.checkpoint import CheckpointError, from_pretrained, load_quantized, save_quantized
 from w8a8.linear import W8A8Linear
 from w8a8.ops import linear, quantize_per_token, quantize_static, scaled_mm
 from w8a8.quantize_model import QuantizationReport, quantize_model
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BACKENDS",

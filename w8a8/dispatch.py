@@ -156,9 +156,17 @@ def _warn_once(message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
+def _assume_constant_result(fn):
+    """``torch.compiler.assume_constant_result`` without its import of ``torch._dynamo``
+    (~1.3 s, most of ``import w8a8``): the decorator only sets this attribute, which dynamo
+    reads when it traces a call (tests/test_packaging.py checks that it still does)."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
 # Under torch.compile a choice is a constant of the traced graph (only the forced-kernel
 # wrappers are traced; the public ops are opaque and choose when they run).
-@torch.compiler.assume_constant_result
+@_assume_constant_result
 def choose(op: str, device: torch.device, backend: str | None = None) -> str:
     """The kernel that runs ``op`` on ``device``: ``backend`` if given (raises if it cannot
     run there), else the fastest available (the reference on the CPU)."""
