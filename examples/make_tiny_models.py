@@ -37,7 +37,8 @@ def tiny_llama(path: str, seed: int = 0) -> str:
 
     tok, vocab = _word_level_tokenizer(["[UNK]", "<s>", "</s>"])
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_token="<s>",
-                                        eos_token="</s>", pad_token="</s>")
+                                        eos_token="</s>", pad_token="</s>",
+                                        model_input_names=["input_ids", "attention_mask"])
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
@@ -75,10 +76,10 @@ def tiny_encoder(path: str, seed: int = 0) -> str:
     return path
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir", help="where to write tiny-llama/ and tiny-encoder/")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print("wrote", tiny_llama(os.path.join(args.dir, "tiny-llama")))
     print("wrote", tiny_encoder(os.path.join(args.dir, "tiny-encoder")))
 
