@@ -95,3 +95,13 @@ def test_guide_blocks_run(tiny, tmp_path, monkeypatch):
     namespace: dict = {}
     for i, code in enumerate(blocks):
         exec(compile(code, f"GUIDE.md python block {i + 1}", "exec"), namespace)
+
+
+def test_api_reference_is_current():
+    """docs/API.md is what docs/gen_api.py makes of today's docstrings (run it after changing one)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_api", ROOT / "docs" / "gen_api.py")
+    gen_api = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_api)
+    assert gen_api.OUT.read_text() == gen_api.render(), "docs/API.md is out of date: run python docs/gen_api.py"
