@@ -43,10 +43,10 @@ def test_skip_patterns_and_exact_sqnr():
     report = w8a8.quantize_model(model, skip=("2.*", "3"), progress=False)
     assert report.replaced == ["0"]
     assert set(report.skipped) == {"2.0", "3"}
-    # SQNR recomputed from the original and the dequantized weights.
+    # SQNR recomputed from the original and the dequantized weights (in float64; the report is fp32).
     err = w0 - model[0].dequantized_weight().double()
     expected = 10 * math.log10(w0.pow(2).sum().item() / err.pow(2).sum().item())
-    assert report.sqnr_db["0"] == pytest.approx(expected, rel=1e-9)
+    assert report.sqnr_db["0"] == pytest.approx(expected, rel=1e-6)
     assert report.sqnr_db["0"] > 30
 
 
