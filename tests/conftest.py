@@ -7,6 +7,8 @@ if not torch.cuda.is_available():
     # Must be set before any Triton kernel is decorated (they are imported lazily).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import collections  # noqa: E402
+
 import pytest  # noqa: E402
 
 
@@ -33,9 +35,30 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """Print the seed of a failing test."""
-    if call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
+    """A failing test's report shows its seed (a section beside its captured output)."""
+    report = (yield).get_result()
+    if report.failed:
         for key, value in item.user_properties:
             if key == "seed":
-                print(f"\n[w8a8] seed for {item.nodeid}: {value}")
+                report.sections.append(("w8a8 seed", f"{item.nodeid}: {value}"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skips and xfails as one line per reason with a count (pytest.ini's -rfE lists failures and
+    errors only; -rs gives pytest's own per-location list)."""
+    for outcome in ("skipped", "xfailed"):
+        reasons = collections.Counter(_reason(report) for report in terminalreporter.stats.get(outcome, []))
+        if reasons:
+            terminalreporter.write_sep("-", f"{sum(reasons.values())} {outcome}, by reason")
+            for reason, count in reasons.most_common():
+                terminalreporter.write_line(f"{count:5d}  {reason}")
+
+
+def _reason(report) -> str:
+    if hasattr(report, "wasxfail"):
+        return report.wasxfail.removeprefix("reason: ") or "(no reason given)"
+    if isinstance(report.longrepr, tuple):  # (path, line, "Skipped: reason")
+        return report.longrepr[2].removeprefix("Skipped: ")
+    return str(report.longrepr)

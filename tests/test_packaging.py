@@ -4,8 +4,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
 import w8a8
 from w8a8 import dispatch
 
