@@ -100,6 +100,7 @@ def from_pretrained(
     dtype: torch.dtype | str | None = None,
     model_class=None,
     progress: bool = True,
+    quantize=None,
 ) -> nn.Module:
     """Build a transformers model from ``path/config.json`` on the meta device and load it int8.
 
@@ -113,6 +114,15 @@ def from_pretrained(
     model_class : a transformers class (default: from ``architectures`` in config.json,
         else ``AutoModelForCausalLM``, else ``AutoModel``).
     progress : tqdm bar while loading.
+    quantize : a ``w8a8.W8A8Config``: ``path`` is then a float folder (config.json without
+        quantization_config, ``*.safetensors``), quantized while loading, layer by layer:
+        each selected Linear's float weight is read from the memory-mapped file, moved to
+        ``device`` in ``dtype``, quantized there and dropped before the next, so the float
+        Linear weights never sit on the device together. The same int8 model as loading
+        the float model and calling ``quantize_model(model, quantize)``. Calibration
+        (``calibration``, SmoothQuant) needs the float model run, so it is refused here;
+        static scales can come as ``input_scales``. The QuantizationReport is
+        ``model.w8a8_report``.
 
     Returns
     -------
@@ -134,6 +144,8 @@ def from_pretrained(
     path = local_folder(path, _FN)
     dtype = float_dtype(dtype, _FN)
     config, raw = read_transformers_config(path, transformers)
+    if quantize is not None:
+        return _from_float_folder(path, config, raw, quantize, device, dtype, model_class, progress, transformers)
     parse_config(raw, os.path.join(path, "config.json"))  # not quantized / unsupported: said before building
     dtype = dtype or _config_dtype(config)
     if model_class is None:
@@ -158,3 +170,106 @@ def from_pretrained(
             f"{exc}\n  (model class {type(model).__name__}, from {origin}; pass model_class= for another)"
         ) from None
     return model.eval()
+
+
+def _from_float_folder(path, config, raw, quantize, device, dtype, model_class, progress, transformers) -> nn.Module:
+    """``from_pretrained(float_folder, quantize=W8A8Config(...))``: quantize while loading."""
+    from w8a8.config import W8A8Config
+
+    if not isinstance(quantize, W8A8Config):
+        raise TypeError(f"{_FN}: quantize must be a w8a8.W8A8Config or None, got {type(quantize).__name__}")
+    if quantize.calibration is not None:
+        raise ValueError(
+            f"{_FN}: quantize= with calibration (static scales or SmoothQuant) needs the float model run on the "
+            "batches; load it (transformers from_pretrained) and call w8a8.quantize_model(model, config), "
+            "or pass input_scales= for static scales"
+        )
+    cfg_path = os.path.join(path, "config.json")
+    if raw.get("quantization_config") or raw.get("compression_config"):
+        raise CheckpointError(f"{_FN}: {cfg_path} holds a quantization_config: {path} is already quantized; drop quantize=")
+    dtype = dtype or _config_dtype(config)
+    if model_class is None:
+        model_class, origin = model_class_for(config, transformers)
+    else:
+        origin = "model_class="
+    build = getattr(model_class, "from_config", None) or model_class._from_config
+    with params_on_meta(dtype):
+        model = build(config)
+    model.w8a8_report = load_float_quantized(
+        model, path, quantize, device=device, dtype=dtype, progress=progress, origin=origin
+    )
+    return model.eval()
+
+
+def load_float_quantized(model: nn.Module, path: str, config, device=None, dtype=None, progress: bool = False,
+                         origin: str = ""):
+    """Fill the meta ``model`` from the float safetensors of ``path``, quantizing the Linears
+    ``config`` selects one at a time on ``device``; returns the QuantizationReport.
+
+    Every tensor is checked present (aliases, i.e. tied weights, count once) before any is read.
+    """
+    from tqdm.auto import tqdm
+
+    from w8a8.checkpoint.load import checkpoint_files, read_headers
+    from w8a8.checkpoint.safetensors_io import MappedFile
+    from w8a8.quantize_model import (QuantizationReport, check_static_scales, quantize_layer, select_layers,
+                                     warn_if_empty)
+
+    report = QuantizationReport()
+    layers = select_layers(model, config, report, allow_meta=True)
+    if config.act_quant == "static":
+        check_static_scales(layers, config.input_scales, _FN)
+    infos = read_headers(checkpoint_files(path))
+    tensors = model.state_dict(keep_vars=True)
+    groups: dict[int, list[str]] = {}
+    for name, t in tensors.items():
+        groups.setdefault(id(t), []).append(name)
+    source = {}
+    missing = []
+    for names in groups.values():
+        present = next((n for n in names if n in infos), None)
+        for n in names:
+            source[n] = present
+        if present is None:
+            missing += names
+    if missing:
+        raise CheckpointError(
+            f"{_FN}: {path} does not hold {len(missing)} weights of {type(model).__name__}"
+            + (f" (from {origin})" if origin else "") + f": {missing[:5]}; they would be random"
+        )
+    for name, info in ((n, infos[source[n]]) for n in source):
+        if not info.dtype.is_floating_point and tensors[name].is_floating_point():
+            raise CheckpointError(f"{_FN}: {info.path}: {source[name]} is {info.dtype}, expected a float tensor")
+    files = {p: MappedFile(p) for p in {infos[s].path for s in source.values()}}
+
+    def read(name: str) -> torch.Tensor:
+        info = infos[source[name]]
+        t = files[info.path].tensor(info)
+        want = dtype if t.is_floating_point() else t.dtype
+        return t.to(device=device if device is not None else t.device, dtype=want)
+
+    state = {n: read(n) for n in source if n.rpartition(".")[0] not in layers}
+    new = {}
+    for lname in tqdm(layers, desc="w8a8: loading and quantizing", unit="layer", disable=not progress):
+        meta = model.get_submodule(lname)
+        with torch.device("meta"):
+            linear = nn.Linear(meta.in_features, meta.out_features, bias=meta.bias is not None)
+        linear.weight = nn.Parameter(read(f"{lname}.weight"), requires_grad=False)
+        if meta.bias is not None:
+            linear.bias = nn.Parameter(read(f"{lname}.bias"), requires_grad=False)
+        new[lname] = quantize_layer(lname, linear, config, config.input_scales, report, _FN)
+        del linear  # the float weight goes before the next layer's is read
+    for lname, layer in new.items():
+        parent_name, _, child = lname.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, layer)
+        report.replaced.append(lname)
+    model.load_state_dict(state, strict=False, assign=True)
+    left = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
+    if left:
+        raise CheckpointError(f"{_FN}: {len(left)} tensors were not loaded from {path}: {left[:5]}")
+    warn_if_empty(report, _FN, stacklevel=4)
+    if report.replaced:
+        from w8a8.checkpoint.save import install_save_pretrained
+
+        install_save_pretrained(model)
+    return report
