@@ -1,4 +1,4 @@
-"""Command line: ``python -m w8a8 info``, ``demo``, ``bench`` and ``quantize``."""
+"""Command line: python -m w8a8 info | demo | bench | quantize."""
 from __future__ import annotations
 
 import argparse
@@ -41,35 +41,97 @@ def quantize(args) -> int:
     from w8a8.checkpoint.convert import quantize_folder
 
     try:
-        report = quantize_folder(args.src, args.out, args.act, tuple(args.skip), args.calib_batches)
+        calib_texts = _read_lines(args.calib_data) if args.calib_data is not None else None
+        report = quantize_folder(
+            args.src, args.out, args.act, tuple(args.skip), args.calib_batches, progress=not args.quiet,
+            dtype=args.dtype, device=args.device, calib_texts=calib_texts, smoothquant_alpha=args.smoothquant,
+            calib_seq_len=args.calib_seq_len,
+        )
     except (ValueError, OSError, ImportError) as exc:
         message = " ".join(str(exc).split()).removeprefix("w8a8 quantize: ")
         print(f"python -m w8a8 quantize: error: {message}", file=sys.stderr)
         return 2
-    for name, db in report.sqnr_db.items():
-        print(f"  {name:50s} weight SQNR {db:6.1f} dB")
-    print(report.summary())
-    print(f"wrote {args.out}")
+    if not args.quiet:
+        for name, db in report.sqnr_db.items():
+            print(f"  {name:50s} weight SQNR {db:6.1f} dB")
+        print(report.summary())
+        print(f"wrote {args.out}")
     return 0
 
 
+def _read_lines(path: str) -> list[str]:
+    """The non-empty lines of a UTF-8 text file (``--calib-data``)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [line.strip() for line in f]
+    except UnicodeDecodeError:
+        raise ValueError(f"--calib-data {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ValueError(f"--calib-data {path}: {exc.strerror or exc}") from None
+    lines = [line for line in lines if line]
+    if not lines:
+        raise ValueError(f"--calib-data {path} holds no non-empty line")
+    return lines
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows every default; docstring markup (RST double backticks) is dropped from help text."""
+
+    def _format_text(self, text):
+        return super()._format_text(text.replace("``", ""))
+
+    def _expand_help(self, action):
+        return super()._expand_help(action).replace("``", "")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m w8a8", description=__doc__)
+    from w8a8 import __version__
+
+    fmt = _HelpFormatter
+    parser = argparse.ArgumentParser(prog="python -m w8a8", description=__doc__, formatter_class=fmt)
+    parser.add_argument("--version", action="version", version=f"w8a8 {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="versions, GPU, and which kernels run where (and why the others do not)")
-    demo = sub.add_parser("demo", help="quantize a small transformer-style model, compare and time it")
-    demo.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    sub.add_parser(
+        "info", formatter_class=fmt, help="versions, GPU, and which kernels run where (and why the others do not)",
+        description="Print the versions of w8a8, Python, torch and triton, the CUDA build, the GPUs, whether the "
+        "compiled extensions loaded, and for each device which kernels are available (or why not) and the default.",
+    )
+    demo = sub.add_parser(
+        "demo", formatter_class=fmt, help="quantize a small transformer-style model, compare and time it",
+        description="Build a small random transformer-style model, quantize it with quantize_model, and print the "
+        "output's relative L2 error against the float model and the median time of both.",
+    )
+    demo.add_argument("--device", default=None, help="cpu or cuda (None: cuda if available)")
     demo.add_argument("--repeats", type=int, default=5, help="timed forwards per model (median)")
-    bench = sub.add_parser("bench", help="benchmark against bf16 F.linear and torch._int_mm (see w8a8/bench)")
+    bench = sub.add_parser("bench", formatter_class=fmt, help="benchmark against bf16 F.linear and torch._int_mm (see w8a8/bench)")
     from w8a8.bench import add_arguments
 
     add_arguments(bench)
-    quant = sub.add_parser("quantize", help="a float safetensors model folder in, a compressed-tensors int8 folder out")
+    quant = sub.add_parser(
+        "quantize", formatter_class=fmt, help="a float safetensors model folder in, a compressed-tensors int8 folder out",
+        description="Load a float transformers model folder (safetensors only), quantize its Linear layers to int8 "
+        "(per-channel weights; dynamic per-token or calibrated static activations, optionally SmoothQuant first) "
+        "and write a compressed-tensors folder that w8a8.from_pretrained and vLLM load. "
+        "User errors are one line on stderr, exit status 2.",
+    )
     quant.add_argument("src", help="float model folder (config.json + *.safetensors)")
-    quant.add_argument("out", help="output folder")
-    quant.add_argument("--act", choices=("dynamic", "static"), default="dynamic", help="activation quantization")
+    quant.add_argument("out", help="output folder (written atomically; must not be SRC)")
+    quant.add_argument("--act", choices=("dynamic", "static"), default="dynamic",
+                       help="activation quantization: per token at run time, or one calibrated scale per layer")
     quant.add_argument("--skip", nargs="*", default=["lm_head"], help="layer names or globs kept in float")
-    quant.add_argument("--calib-batches", type=int, default=8, help="static: batches of random token ids")
+    quant.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+                       help="float dtype to load the model in (auto: the config's dtype)")
+    quant.add_argument("--device", default="cpu", help="where to load, calibrate and quantize (cpu, cuda, cuda:1, ...)")
+    quant.add_argument("--calib-data", metavar="FILE", default=None,
+                       help="text file, one calibration sample per line, tokenized with SRC's tokenizer "
+                       "(for --act static scales and --smoothquant; None: --calib-batches of random token ids)")
+    quant.add_argument("--calib-batches", type=int, default=8,
+                       help="without --calib-data: batches of random token ids for --act static (a stand-in)")
+    quant.add_argument("--calib-seq-len", type=int, default=128, help="tokens per calibration sample (truncated)")
+    quant.add_argument("--smoothquant", metavar="ALPHA", type=float, default=None,
+                       help="SmoothQuant migration strength in [0, 1] (0.5 is the paper's), on --calib-data, before "
+                       "quantizing (None: off)")
+    quant.add_argument("--quiet", action="store_true", help="print nothing but errors (no progress bars, no report)")
     args = parser.parse_args(argv)
     if args.command == "bench":
         from w8a8.bench import run

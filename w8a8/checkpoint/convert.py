@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from w8a8.calibrate import calibrate
+from w8a8.config import W8A8Config
 from w8a8.checkpoint.hf import model_class_for, read_transformers_config
 from w8a8.checkpoint.load import local_folder
 from w8a8.checkpoint.safetensors_io import CheckpointError
@@ -26,6 +26,10 @@ def quantize_folder(
     calib_batches: int = 8,
     calib_seq_len: int = 128,
     progress: bool = True,
+    dtype: str | torch.dtype = "auto",
+    device: str | torch.device | None = None,
+    calib_texts: list[str] | None = None,
+    smoothquant_alpha: float | None = None,
 ) -> QuantizationReport:
     """Load the float model in ``src`` (safetensors only), quantize it, write it to ``out``.
 
@@ -41,7 +45,12 @@ def quantize_folder(
         ``calib_batches`` batches of ``calib_seq_len`` random token ids (a stand-in:
         calibrate on real text with ``w8a8.calibrate`` for a production model).
     skip : layer names or globs kept in float.
-    progress : tqdm bars.
+    progress : tqdm bars (and transformers' own loading bar).
+    dtype : float dtype to load the model in (``"auto"``: the config's).
+    device : where the model is loaded, calibrated and quantized (None: the CPU).
+    calib_texts : calibration samples (one string each), tokenized with ``src``'s tokenizer
+        (truncated to ``calib_seq_len`` tokens), for static scales and SmoothQuant.
+    smoothquant_alpha : run SmoothQuant (``w8a8.smooth``) on ``calib_texts`` first.
 
     Returns
     -------
@@ -69,23 +78,57 @@ def quantize_folder(
         raise CheckpointError(f"{_FN}: {cfg_path} holds a quantization_config: {src} is already quantized")
     if not any(n.endswith(".safetensors") for n in os.listdir(src)):
         raise CheckpointError(f"{_FN}: {src} holds no .safetensors files (pickle files are never loaded)")
+    if smoothquant_alpha is not None and calib_texts is None:
+        raise ValueError(f"{_FN}: --smoothquant needs calibration text (--calib-data FILE)")
+    if calib_texts is not None and act_quant != "static" and smoothquant_alpha is None:
+        raise ValueError(f"{_FN}: --calib-data is used for --act static or --smoothquant; neither is set")
+    if smoothquant_alpha is not None and not 0.0 <= smoothquant_alpha <= 1.0:
+        raise ValueError(f"{_FN}: --smoothquant ALPHA must be in [0, 1], got {smoothquant_alpha}")
+    tokenizer = _tokenizer(src, transformers) if calib_texts is not None else None
+    device = torch.device(device) if device is not None else None
     cls, origin = model_class_for(config, transformers)
+    if not progress:
+        transformers.utils.logging.disable_progress_bar()
     model, info = cls.from_pretrained(
-        src, dtype="auto", use_safetensors=True, local_files_only=True, output_loading_info=True
+        src, dtype=dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype, "auto"),
+        use_safetensors=True, local_files_only=True, output_loading_info=True,
     )
     model.eval()
+    if device is not None:
+        model.to(device)
     missing = sorted(info.get("missing_keys") or [])
     if missing:
         raise CheckpointError(
             f"{_FN}: {src} does not hold {len(missing)} weights of {type(model).__name__} (from {origin}): "
             f"{missing[:5]}; they would be random"
         )
-    scales = None
-    if act_quant == "static":
+    batches = None
+    if tokenizer is not None:
+        batches = [
+            {k: v.to(device) if device is not None else v for k, v in
+             tokenizer(text, return_tensors="pt", truncation=True, max_length=calib_seq_len).items()
+             if k in ("input_ids", "attention_mask")}
+            for text in calib_texts
+        ]
+    elif act_quant == "static":
         g = torch.Generator().manual_seed(0)
         vocab = model.config.vocab_size
-        batches = [torch.randint(0, vocab, (1, calib_seq_len), generator=g) for _ in range(calib_batches)]
-        scales = calibrate(model, batches, skip=skip, progress=progress)
-    report = quantize_model(model, skip=skip, act_quant=act_quant, input_scales=scales, progress=progress)
+        batches = [torch.randint(0, vocab, (1, calib_seq_len), generator=g).to(device or "cpu") for _ in range(calib_batches)]
+    qconfig = W8A8Config(act_quant=act_quant, skip=skip, calibration=batches, smoothquant_alpha=smoothquant_alpha)
+    with torch.no_grad():
+        report = quantize_model(model, qconfig, progress=progress)
     save_quantized(model, out, progress=progress, source=src)
     return report
+
+
+def _tokenizer(src: str, transformers):
+    """The tokenizer of the folder ``src``; a one-line ValueError when it has none."""
+    has = any(os.path.isfile(os.path.join(src, n)) for n in ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
+                                                             "tokenizer.model", "vocab.json"))
+    if not has:
+        raise ValueError(f"{_FN}: {src} has no tokenizer (tokenizer.json / tokenizer_config.json): --calib-data needs one")
+    try:
+        return transformers.AutoTokenizer.from_pretrained(src, local_files_only=True)
+    except (ValueError, OSError, KeyError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{_FN}: {src}: transformers cannot load its tokenizer ({first}): --calib-data needs one") from None
