@@ -132,3 +132,21 @@ def test_smooth_argument_errors():
         w8a8.smooth(model, [], {"1": ["2"]}, alpha=1.5)
     with pytest.raises(ValueError, match=r"w8a8.smooth: '1' is a ReLU, expected nn.Linear"):
         w8a8.smooth(model, [], {"0": ["1"]})
+
+
+def test_tokenizer_output_is_a_batch_of_keyword_arguments():
+    """A tokenizer returns a BatchEncoding (a UserDict, not a dict): it is passed as keywords."""
+    transformers = pytest.importorskip("transformers")
+
+    class Keyword(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    model = Keyword()
+    x = torch.randn(3, 8)
+    scales = w8a8.calibrate(model, [transformers.BatchEncoding({"x": x})], skip=(), progress=False)
+    assert scales["fc"] == (x.abs().amax() / torch.tensor(127.0)).item()

@@ -11,6 +11,7 @@ from w8a8._version import __version__
 from w8a8.dispatch import BACKENDS
 from w8a8.calibrate import calibrate, llama_mappings, smooth
 from w8a8.checkpoint import CheckpointError, from_pretrained, load_quantized, save_quantized
+from w8a8.config import W8A8Config
 from w8a8.linear import W8A8Linear
 from w8a8.ops import linear, quantize_per_token, quantize_static, scaled_mm
 from w8a8.quantize_model import QuantizationReport, quantize_model
@@ -19,6 +20,7 @@ __all__ = [
     "BACKENDS",
     "CheckpointError",
     "QuantizationReport",
+    "W8A8Config",
     "W8A8Linear",
     "calibrate",
     "from_pretrained",

@@ -9,6 +9,8 @@ before quantization: for a norm feeding Linears, per input channel ``j``::
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import dataclasses
 
 import torch
@@ -43,7 +45,7 @@ def _record(model: nn.Module, names, batches, reduce, progress: bool, desc: str)
 
 
 def _run(model: nn.Module, batch) -> None:
-    if isinstance(batch, dict):
+    if isinstance(batch, Mapping):  # a dict, or a tokenizer's BatchEncoding (a UserDict)
         model(**batch)
     elif isinstance(batch, (tuple, list)):
         model(*batch)
