@@ -75,9 +75,9 @@ def _offset_by_one(rows, cols):
     return rand_int8(rows, cols + 16)[:, 1 : cols + 1]
 
 
-def test_sm90_operand_reason():
+def test_cutlass_operand_reason():
     a, b = rand_int8(M, K), rand_int8(N, K)
-    reason = dispatch.sm90_operand_reason
+    reason = dispatch.cutlass_operand_reason
     assert reason(a, b, torch.bfloat16) is None and reason(a, b, torch.float16) is None
     assert reason(a[:1], b, torch.bfloat16) is None
     assert reason(rand_int8(1, K + 8)[:, :K], b, torch.bfloat16) is None  # one row: its pitch is unused
