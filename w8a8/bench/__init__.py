@@ -4,7 +4,8 @@ Three suites on one harness (``harness.py``): ``scaled_mm`` (the kernel, int8
 activations in), ``linear`` (``W8A8Linear`` end to end, quantization
 included) and ``split_k`` (the sm90 kernels' K decompositions on small-M, long-K
 shapes, its own grid unless ``--shapes``/``--m`` are given; CUDA only) and ``sm80``
-(the Ampere kernels named on this GPU over M = 1..512: the ladder's continuity). Results go to ``OUT/<suite>_<tag>.json``;
+(the Ampere kernels named on this GPU over M = 1..512: the ladder's continuity), and ``model`` (``model.py``:
+transformers' LlamaForCausalLM at Llama-3-8B widths, bf16 vs W8A8, eager and compiled). Results go to ``OUT/<suite>_<tag>.json``;
 ``python -m w8a8.bench.report`` turns committed results into docs/PERFORMANCE.md.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 
 import torch
 
-SUITES = ("scaled_mm", "linear", "split_k", "sm80")
+SUITES = ("scaled_mm", "linear", "split_k", "sm80", "model")
 # The suites `python -m w8a8 bench` runs when --suites is not given.
 DEFAULT_SUITES = ("scaled_mm", "linear")
 
@@ -48,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--configs", default="", help="scaled_mm suite: comma list of sm90 config names to time beside "
                    "the heuristic (python -m w8a8 info lists them)")
+    p.add_argument("--layers", type=int, default=None, help="model suite: decoder layers (default 4; tiny: 2)")
+    p.add_argument("--size", choices=("llama3-8b", "tiny"), default=None,
+                   help="model suite: widths (default llama3-8b on CUDA, tiny on the CPU)")
     p.add_argument("--out", default=None, help="folder for <suite>_<tag>.json (default: print only)")
     p.add_argument("--tag", default=None, help="file name tag (default: h100 / h200 / cpu ... from the device)")
 
@@ -75,7 +79,7 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
     from tqdm.auto import tqdm
 
     from w8a8 import dispatch
-    from w8a8.bench import harness, linear, scaled_mm, sm80, split_k
+    from w8a8.bench import harness, linear, model, scaled_mm, sm80, split_k
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     chosen = args.backends.split(",") if args.backends else _default_backends(device)
@@ -94,6 +98,9 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
     ceilings = harness.measure_ceilings(device)
     results = {}
     for suite in suites:
+        if suite == "model":  # its own grid, table and file
+            results[suite] = model.main(args, device, ceilings)
+            continue
         default_shapes, default_m = {"split_k": (split_k.SHAPES, split_k.M_VALUES),
                                      "sm80": (sm80.SHAPES, sm80.M_VALUES)}.get(suite, (harness.DEFAULT_NK,
                                                                                        harness.DEFAULT_M))
