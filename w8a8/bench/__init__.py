@@ -1,12 +1,16 @@
 """Benchmarks of w8a8 against bf16 and the other int8 paths: ``python -m w8a8 bench``.
 
-Three suites on one harness (``harness.py``): ``scaled_mm`` (the kernel, int8
-activations in), ``linear`` (``W8A8Linear`` end to end, quantization
-included) and ``split_k`` (the sm90 kernels' K decompositions on small-M, long-K
-shapes, its own grid unless ``--shapes``/``--m`` are given; CUDA only) and ``sm80``
-(the Ampere kernels named on this GPU over M = 1..512: the ladder's continuity), and ``model`` (``model.py``:
-transformers' LlamaForCausalLM at Llama-3-8B widths, bf16 vs W8A8, eager and compiled). Results go to ``OUT/<suite>_<tag>.json``;
-``python -m w8a8.bench.report`` turns committed results into docs/PERFORMANCE.md.
+Suites on one harness (``harness.py``):
+
+* ``scaled_mm``: the kernel, int8 activations in;
+* ``linear``: ``W8A8Linear`` end to end, quantization included;
+* ``split_k``: the sm90 kernels' K decompositions on small-M, long-K shapes (its own grid
+  unless ``--shapes`` / ``--m`` are given; CUDA only);
+* ``sm80``: the Ampere kernels named on this GPU over M = 1..512 (the ladder's continuity);
+* ``model``: transformers' LlamaForCausalLM at Llama-3-8B widths, bf16 vs W8A8, eager and
+  compiled (``model.py``).
+
+Results go to ``OUT/<suite>_<tag>.json``; ``python -m w8a8.bench.report`` turns committed results into docs/PERFORMANCE.md.
 """
 from __future__ import annotations
 
