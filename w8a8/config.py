@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from torch import nn
 
-ACT_QUANT_MODES = ("dynamic", "static")
+from w8a8.linear import ACT_QUANT_MODES
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

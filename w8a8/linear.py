@@ -12,7 +12,9 @@ ACT_QUANT_MODES = ("dynamic", "static")
 def _frozen(t: torch.Tensor) -> nn.Parameter:
     """A parameter that is data, not a trainable weight (int8 codes cannot require grad)."""
     return nn.Parameter(t, requires_grad=False)
-# Buffers whose dtype is part of the format: module casts (.half(), .to(dtype), .type()) move
+
+
+# Tensors whose dtype is part of the format: module casts (.half(), .to(dtype), .type()) move
 # them but keep their dtype; load_state_dict refuses any other dtype for them.
 FIXED_DTYPES = {
     "weight": torch.int8,

@@ -142,7 +142,7 @@ def resolve_config(config, fn: str = "quantize_model", **keywords) -> W8A8Config
         value_n = getattr(probe, name) if probe is not None else value  # skip="x" and ("x",) agree
         if _same(ours, value_n):
             continue
-        if _same(ours, DEFAULTS[name]) or (name in ("skip", "include") and _same(ours, getattr(W8A8Config(), name))):
+        if _same(ours, DEFAULTS[name]):
             continue  # the config leaves it at its default: the keyword fills it
         conflicts.append(f"{name}: config has {_short(ours)}, keyword has {_short(value)}")
     if conflicts:

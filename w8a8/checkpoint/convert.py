@@ -9,7 +9,7 @@ import os
 import torch
 
 from w8a8.config import W8A8Config
-from w8a8.checkpoint.hf import model_class_for, read_transformers_config
+from w8a8.checkpoint.hf import first_line, model_class_for, read_transformers_config
 from w8a8.checkpoint.load import local_folder
 from w8a8.checkpoint.safetensors_io import CheckpointError
 from w8a8.checkpoint.save import _inside, save_quantized
@@ -130,5 +130,4 @@ def _tokenizer(src: str, transformers):
     try:
         return transformers.AutoTokenizer.from_pretrained(src, local_files_only=True)
     except (ValueError, OSError, KeyError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{_FN}: {src}: transformers cannot load its tokenizer ({first}): --calib-data needs one") from None
+        raise ValueError(f"{_FN}: {src}: transformers cannot load its tokenizer ({first_line(exc)}): --calib-data needs one") from None

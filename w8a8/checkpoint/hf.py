@@ -79,6 +79,12 @@ def model_class_for(config, transformers) -> tuple[type, str]:
     return transformers.AutoModel, "AutoModel (config.json names no known architectures and it is not a causal LM)"
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's first line (transformers' messages run to many), or its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def read_transformers_config(path: str, transformers, fn: str = _FN):
     """AutoConfig of the local folder ``path``; CheckpointError naming ``config.json`` when it is not one."""
     cfg_path = os.path.join(path, "config.json")
@@ -90,8 +96,7 @@ def read_transformers_config(path: str, transformers, fn: str = _FN):
     try:
         return transformers.AutoConfig.from_pretrained(path, local_files_only=True), raw
     except (ValueError, KeyError, TypeError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{fn}: {cfg_path}: transformers cannot read it ({first})") from None
+        raise CheckpointError(f"{fn}: {cfg_path}: transformers cannot read it ({first_line(exc)})") from None
 
 
 def from_pretrained(
@@ -148,17 +153,11 @@ def from_pretrained(
         return _from_float_folder(path, config, raw, quantize, device, dtype, model_class, progress, transformers)
     parse_config(raw, os.path.join(path, "config.json"))  # not quantized / unsupported: said before building
     dtype = dtype or _config_dtype(config)
-    if model_class is None:
-        model_class, origin = model_class_for(config, transformers)
-    else:
-        origin = "model_class="
     # The model is built from its config alone; the checkpoint's quantization is applied by w8a8.
     qc = getattr(config, "quantization_config", None)
     if qc is not None:
         del config.quantization_config
-    build = getattr(model_class, "from_config", None) or model_class._from_config
-    with params_on_meta(dtype):
-        model = build(config)
+    model, origin = _build_on_meta(config, model_class, dtype, transformers)
     if qc is not None:
         config.quantization_config = qc
     try:
@@ -170,6 +169,18 @@ def from_pretrained(
             f"{exc}\n  (model class {type(model).__name__}, from {origin}; pass model_class= for another)"
         ) from None
     return model.eval()
+
+
+def _build_on_meta(config, model_class, dtype, transformers) -> tuple[nn.Module, str]:
+    """(the model built from ``config`` with its parameters on the meta device in ``dtype``,
+    where its class came from): ``model_class`` if given, else ``model_class_for``."""
+    if model_class is None:
+        model_class, origin = model_class_for(config, transformers)
+    else:
+        origin = "model_class="
+    build = getattr(model_class, "from_config", None) or model_class._from_config
+    with params_on_meta(dtype):
+        return build(config), origin
 
 
 def _from_float_folder(path, config, raw, quantize, device, dtype, model_class, progress, transformers) -> nn.Module:
@@ -188,13 +199,7 @@ def _from_float_folder(path, config, raw, quantize, device, dtype, model_class, 
     if raw.get("quantization_config") or raw.get("compression_config"):
         raise CheckpointError(f"{_FN}: {cfg_path} holds a quantization_config: {path} is already quantized; drop quantize=")
     dtype = dtype or _config_dtype(config)
-    if model_class is None:
-        model_class, origin = model_class_for(config, transformers)
-    else:
-        origin = "model_class="
-    build = getattr(model_class, "from_config", None) or model_class._from_config
-    with params_on_meta(dtype):
-        model = build(config)
+    model, origin = _build_on_meta(config, model_class, dtype, transformers)
     model.w8a8_report = load_float_quantized(
         model, path, quantize, device=device, dtype=dtype, progress=progress, origin=origin
     )
