@@ -13,7 +13,7 @@ from w8a8.calibrate import calibrate, llama_mappings, smooth
 from w8a8.checkpoint import CheckpointError, from_pretrained, load_quantized, save_quantized
 from w8a8.config import W8A8Config
 from w8a8.linear import W8A8Linear
-from w8a8.ops import linear, quantize_per_token, quantize_static, scaled_mm
+from w8a8.ops import linear, quantize_per_token, quantize_static, rms_norm_quant, scaled_mm, silu_mul_quant
 from w8a8.quantize_model import QuantizationReport, quantize_model
 
 __all__ = [
@@ -30,7 +30,9 @@ __all__ = [
     "quantize_model",
     "quantize_per_token",
     "quantize_static",
+    "rms_norm_quant",
     "save_quantized",
     "scaled_mm",
+    "silu_mul_quant",
     "smooth",
 ]

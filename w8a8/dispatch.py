@@ -1,7 +1,8 @@
 """Which kernel runs an op: decided here and nowhere else.
 
 The public ops (``w8a8::scaled_mm``, ``quantize_per_token``, ``quantize_static``,
-``linear``; see ``w8a8.ops``) have one CPU and one CUDA implementation. The CPU one is
+``linear``, and the fused ``rms_norm_quant``, ``add_rms_norm_quant``, ``silu_mul_quant``;
+see ``w8a8.ops``) have one CPU and one CUDA implementation. The CPU one is
 the exact reference. The CUDA one asks this module for a kernel and calls it. A kernel
 is a torch op of its own that validates its inputs at its entry:
 
@@ -46,6 +47,11 @@ BACKENDS = {
     "scaled_mm": ("sm90", "sm80", "triton", "reference"),
     "quantize_per_token": ("triton", "cuda", "reference"),
     "quantize_static": ("triton", "cuda", "reference"),
+    # The fused producer + quantizer ops (w8a8.triton.fused_quant): Triton is their only
+    # GPU kernel.
+    "rms_norm_quant": ("triton", "reference"),
+    "add_rms_norm_quant": ("triton", "reference"),
+    "silu_mul_quant": ("triton", "reference"),
 }
 # Up to this many tokens W8A8Linear's forward on sm90 runs as the single C++ op
 # w8a8::linear_sm90 (CUDA quantizer + GEMM in one call): decode, where host time
@@ -267,10 +273,28 @@ def _reference_quantize_static(x, scale, zero_point):
     return reference.quantize_static(x, scale, zero_point)
 
 
+def _reference_rms_norm_quant(x, weight, eps):
+    validate.rms_norm_quant(x, weight, eps)
+    return reference.rms_norm_quant(x, weight, eps)
+
+
+def _reference_add_rms_norm_quant(x, residual, weight, eps):
+    validate.add_rms_norm_quant(x, residual, weight, eps)
+    return reference.add_rms_norm_quant(x, residual, weight, eps)
+
+
+def _reference_silu_mul_quant(gate, up):
+    validate.silu_mul_quant(gate, up)
+    return reference.silu_mul_quant(gate, up)
+
+
 _REFERENCE = {
     "scaled_mm": _reference_scaled_mm,
     "quantize_per_token": _reference_quantize_per_token,
     "quantize_static": _reference_quantize_static,
+    "rms_norm_quant": _reference_rms_norm_quant,
+    "add_rms_norm_quant": _reference_add_rms_norm_quant,
+    "silu_mul_quant": _reference_silu_mul_quant,
 }
 
 
@@ -300,6 +324,8 @@ def scaled_mm_kernel(a, b, out_dtype, backend: str | None = None):
 
 
 def quantize_kernel(op: str, x, backend: str | None = None):
+    """The kernel of a quantizing op (the quantizers and the fused producer + quantizer ops)
+    for input ``x``: ``backend``'s if named, else the device's fastest."""
     device = x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
     return kernel(op, choose(op, device, backend))
 

@@ -8,11 +8,15 @@ CUDA implementation (``w8a8.dispatch`` picks the kernel for the operands and cal
     w8a8::scaled_mm(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor? bias, ScalarType out_dtype) -> Tensor
     w8a8::linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias, Tensor? input_scale,
                  Tensor? input_zero_point) -> Tensor
+    w8a8::rms_norm_quant(Tensor x, Tensor weight, float eps) -> (Tensor codes, Tensor scales, Tensor normed)
+    w8a8::add_rms_norm_quant(Tensor x, Tensor residual, Tensor weight, float eps)
+        -> (Tensor codes, Tensor scales, Tensor normed, Tensor sum)
+    w8a8::silu_mul_quant(Tensor gate, Tensor up) -> (Tensor codes, Tensor scales)
 
 A traced or exported graph names these, so an exported program runs on whatever device
 it is loaded on. The kernels are ops of their own (``w8a8::scaled_mm_sm90``,
 ``scaled_mm_sm80``, ``scaled_mm_triton``, ``quantize_*_cuda``, ``quantize_*_triton``,
-``linear_sm90``), each validating its inputs at its entry with the words of
+``linear_sm90``, ``*_quant_triton``), each validating its inputs at its entry with the words of
 ``w8a8.validate``; tests and benchmarks reach them through ``backend=``.
 The math is stated in ``w8a8.reference``.
 """
@@ -31,12 +35,20 @@ _LINEAR = (
     "(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias, Tensor? input_scale, "
     "Tensor? input_zero_point) -> Tensor"
 )
+_RMS_NORM_QUANT = "(Tensor x, Tensor weight, float eps) -> (Tensor codes, Tensor scales, Tensor normed)"
+_ADD_RMS_NORM_QUANT = (
+    "(Tensor x, Tensor residual, Tensor weight, float eps) -> (Tensor codes, Tensor scales, Tensor normed, Tensor sum)"
+)
+_SILU_MUL_QUANT = "(Tensor gate, Tensor up) -> (Tensor codes, Tensor scales)"
 # The public ops, and the Triton kernels (Python-defined); the compiled kernels' schemas
 # are in csrc/torch/.
 for _suffix in ("", "_triton"):
     _lib.define(f"quantize_per_token{_suffix}{_QUANTIZE_PER_TOKEN}")
     _lib.define(f"quantize_static{_suffix}{_QUANTIZE_STATIC}")
     _lib.define(f"scaled_mm{_suffix}{_SCALED_MM}")
+    _lib.define(f"rms_norm_quant{_suffix}{_RMS_NORM_QUANT}")
+    _lib.define(f"add_rms_norm_quant{_suffix}{_ADD_RMS_NORM_QUANT}")
+    _lib.define(f"silu_mul_quant{_suffix}{_SILU_MUL_QUANT}")
 _lib.define(f"linear{_LINEAR}")
 
 
@@ -61,11 +73,26 @@ def _fake_linear(x, weight, weight_scale, bias, input_scale, input_zero_point):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
+def _fake_rms_norm_quant(x, weight, eps):
+    return (*_fake_quantize_per_token(x), torch.empty_like(x, memory_format=torch.contiguous_format))
+
+
+def _fake_add_rms_norm_quant(x, residual, weight, eps):
+    return (*_fake_rms_norm_quant(x, weight, eps), torch.empty_like(x, memory_format=torch.contiguous_format))
+
+
+def _fake_silu_mul_quant(gate, up):
+    return _fake_quantize_per_token(gate)
+
+
 _FAKES = {
     "quantize_per_token": _fake_quantize_per_token,
     "quantize_static": _fake_quantize_static,
     "scaled_mm": _fake_scaled_mm,
     "linear": _fake_linear,
+    "rms_norm_quant": _fake_rms_norm_quant,
+    "add_rms_norm_quant": _fake_add_rms_norm_quant,
+    "silu_mul_quant": _fake_silu_mul_quant,
 }
 for _name, _fake in _FAKES.items():
     torch.library.register_fake(f"w8a8::{_name}", _fake)
@@ -108,12 +135,36 @@ def _triton_quantize_static(x, scale, zero_point):
     return _triton().quantize_static(x, scale, zero_point)
 
 
+def _triton_rms_norm_quant(x, weight, eps):
+    validate.rms_norm_quant(x, weight, eps)
+    return _triton().rms_norm_quant(x, weight, eps)
+
+
+def _triton_add_rms_norm_quant(x, residual, weight, eps):
+    validate.add_rms_norm_quant(x, residual, weight, eps)
+    return _triton().rms_norm_quant(x, weight, eps, residual)
+
+
+def _triton_silu_mul_quant(gate, up):
+    validate.silu_mul_quant(gate, up)
+    return _triton().silu_mul_quant(gate, up)
+
+
 _lib.impl("quantize_per_token", dispatch.kernel("quantize_per_token", "reference"), "CPU")
 _lib.impl("quantize_static", dispatch.kernel("quantize_static", "reference"), "CPU")
 _lib.impl("scaled_mm", dispatch.kernel("scaled_mm", "reference"), "CPU")
 _lib.impl("linear", _reference_linear, "CPU")
+for _name in ("rms_norm_quant", "add_rms_norm_quant", "silu_mul_quant"):
+    _lib.impl(_name, dispatch.kernel(_name, "reference"), "CPU")
 _lib.impl("quantize_per_token", lambda x: dispatch.quantize_kernel("quantize_per_token", x)(x), "CUDA")
 _lib.impl("quantize_static", lambda x, s, zp: dispatch.quantize_kernel("quantize_static", x)(x, s, zp), "CUDA")
+_lib.impl("rms_norm_quant", lambda x, w, eps: dispatch.quantize_kernel("rms_norm_quant", x)(x, w, eps), "CUDA")
+_lib.impl(
+    "add_rms_norm_quant",
+    lambda x, r, w, eps: dispatch.quantize_kernel("add_rms_norm_quant", x)(x, r, w, eps),
+    "CUDA",
+)
+_lib.impl("silu_mul_quant", lambda g, u: dispatch.quantize_kernel("silu_mul_quant", g)(g, u), "CUDA")
 _lib.impl(
     "scaled_mm",
     lambda a, b, sa, sb, bias, dt: dispatch.scaled_mm_kernel(a, b, dt)(a, b, sa, sb, bias, dt),
@@ -128,6 +179,9 @@ for _key in ("CPU", "CUDA"):  # CPU: Triton's interpreter (tests)
     _lib.impl("quantize_per_token_triton", _triton_quantize_per_token, _key)
     _lib.impl("quantize_static_triton", _triton_quantize_static, _key)
     _lib.impl("scaled_mm_triton", _triton_scaled_mm, _key)
+    _lib.impl("rms_norm_quant_triton", _triton_rms_norm_quant, _key)
+    _lib.impl("add_rms_norm_quant_triton", _triton_add_rms_norm_quant, _key)
+    _lib.impl("silu_mul_quant_triton", _triton_silu_mul_quant, _key)
 
 
 def _inference_only(op: str):
@@ -272,3 +326,73 @@ def linear(
         return torch.ops.w8a8.linear.default(x, weight, weight_scale, bias, input_scale, input_zero_point)
     impl = dispatch.linear_kernel(x, weight, backend)
     return impl(x, weight, weight_scale, bias, input_scale, input_zero_point)
+
+
+def rms_norm_quant(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    backend: str | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """RMSNorm, then per-token int8 quantization, in one pass: ``w8a8::rms_norm_quant``, or
+    with ``residual`` ``w8a8::add_rms_norm_quant`` (the residual add first). As Hugging Face
+    transformers' ``LlamaRMSNorm`` in the model dtype ``dt = x.dtype`` ::
+
+        s      = x, or (x + residual) rounded to dt        (sum: the new residual)
+        normed = dt(weight * dt(s * rsqrt(mean(s**2) + eps)))     (fp32 inside)
+        codes, scales = quantize_per_token(normed)
+
+    Parameters
+    ----------
+    x : Tensor [..., K], float16 / bfloat16 / float32, unit stride along K (leading dims
+        any strides), 1 <= K <= ``w8a8.validate.MAX_K``.
+    weight : Tensor [K], x's dtype, contiguous.
+    eps : float, finite, >= 0.
+    residual : None, or a Tensor of x's shape and dtype with unit stride along K.
+    backend : None (the op: the device's fastest kernel), or ``"triton"``, ``"reference"``
+        to run that kernel (tests, benchmarks).
+
+    Returns
+    -------
+    codes : Tensor [..., K], int8, contiguous (``quantize_per_token`` of normed).
+    scales : Tensor [..., 1], float32.
+    normed : Tensor [..., K], dt, contiguous: what the layer's unquantized consumers read.
+    sum : Tensor [..., K], dt, contiguous (only with ``residual``): x + residual, the new residual.
+
+    The math, and how closely the kernels reproduce normed, are in ``w8a8.reference``.
+    """
+    if residual is None:
+        if backend is None and not _eager(x):
+            return torch.ops.w8a8.rms_norm_quant.default(x, weight, eps)
+        return dispatch.quantize_kernel("rms_norm_quant", x, backend)(x, weight, eps)
+    if backend is None and not _eager(x):
+        return torch.ops.w8a8.add_rms_norm_quant.default(x, residual, weight, eps)
+    return dispatch.quantize_kernel("add_rms_norm_quant", x, backend)(x, residual, weight, eps)
+
+
+def silu_mul_quant(
+    gate: torch.Tensor, up: torch.Tensor, backend: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SiLU(gate) * up, then per-token int8 quantization, in one pass: ``w8a8::silu_mul_quant``.
+    As Hugging Face transformers' ``LlamaMLP`` in the model dtype ``dt = gate.dtype`` ::
+
+        p = dt(dt(silu(gate)) * up)          (fp32 inside; silu(g) = g / (1 + exp(-g)))
+        codes, scales = quantize_per_token(p)
+
+    Parameters
+    ----------
+    gate : Tensor [..., F], float16 / bfloat16 / float32, unit stride along F (leading dims
+        any strides: gate and up are often the two halves of one [M, 2F] GEMM output),
+        1 <= F <= ``w8a8.validate.MAX_K``.
+    up : Tensor of gate's shape and dtype, unit stride along F.
+    backend : as for ``rms_norm_quant``.
+
+    Returns
+    -------
+    codes : Tensor [..., F], int8, contiguous.
+    scales : Tensor [..., 1], float32.
+    """
+    if backend is None and not _eager(gate):
+        return torch.ops.w8a8.silu_mul_quant.default(gate, up)
+    return dispatch.quantize_kernel("silu_mul_quant", gate, backend)(gate, up)

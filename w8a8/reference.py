@@ -24,6 +24,28 @@ Scaled matmul::
 
 All fp32 divisions are IEEE round-to-nearest; kernels must use the same
 (Triton: ``tl.math.div_rn``) to be bit-identical.
+
+Fused producers + quantization: the per-token quantizer fused into what computes its
+input in a Llama block, RMSNorm (with or without the residual add) and the MLP's
+SiLU(gate) * up, in the model dtype ``dt = x.dtype`` (fp16, bf16 or fp32), as Hugging Face
+transformers' ``LlamaRMSNorm`` and ``LlamaMLP`` compute them (bit for bit on the CPU)::
+
+    s      = x                                       (rms_norm_quant)
+    s      = (x.float() + residual.float()).to(dt)   (add_rms_norm_quant; output ``sum`` = s, the new residual)
+    var    = mean(s.float()**2, last dim)            fp32
+    n      = (s.float() * rsqrt(var + eps)).to(dt)   first rounding to dt
+    normed = (weight.float() * n.float()).to(dt)     second rounding (transformers: weight * n)
+    codes, scales = quantize_per_token(normed)
+
+    a      = silu(gate.float()).to(dt)               silu(g) = g / (1 + exp(-g))
+    p      = (a.float() * up.float()).to(dt)
+    codes, scales = quantize_per_token(p)
+
+``mean``, ``rsqrt`` and ``silu`` are torch's, as transformers calls them: torch's summation
+order, and (on the CPU) an rsqrt and an exp within 1 ulp of fp32, not correctly rounded.
+Kernels round exactly where the reference rounds, so their codes and scales are
+bit-identical to ``quantize_per_token`` of their own normed / p; normed and p themselves
+can differ in the last place where those three functions do (``w8a8.triton.fused_quant``).
 """
 from __future__ import annotations
 
@@ -123,3 +145,41 @@ def quantize_weight_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     """
     q, scale = quantize_per_token(w.detach())
     return q, scale.reshape(-1)
+
+
+def rms_norm(s: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``normed`` of the module docstring: LlamaRMSNorm of s [..., K] with weight [K], in s's dtype."""
+    dt = s.dtype
+    sf = s.float()
+    var = sf.pow(2).mean(-1, keepdim=True)
+    n = (sf * torch.rsqrt(var + eps)).to(dt)
+    return (weight.float() * n.float()).to(dt)
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """``p`` of the module docstring: LlamaMLP's SiLU(gate) * up, in gate's dtype."""
+    dt = gate.dtype
+    a = torch.nn.functional.silu(gate.float()).to(dt)
+    return (a.float() * up.float()).to(dt)
+
+
+def rms_norm_quant(
+    x: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(codes, scales, normed) of x [..., K]; all contiguous. See the module docstring."""
+    normed = rms_norm(x.contiguous(), weight, eps)
+    return (*quantize_per_token(normed), normed)
+
+
+def add_rms_norm_quant(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(codes, scales, normed, sum) of x + residual [..., K]; all contiguous. See the module docstring."""
+    s = (x.float() + residual.float()).to(x.dtype).contiguous()
+    normed = rms_norm(s, weight, eps)
+    return (*quantize_per_token(normed), normed, s)
+
+
+def silu_mul_quant(gate: torch.Tensor, up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes, scales) of SiLU(gate) * up [..., F]; codes contiguous. See the module docstring."""
+    return quantize_per_token(silu_mul(gate, up).contiguous())

@@ -11,6 +11,8 @@ Message form: ``w8a8.<op>: <name> must <rule>, got <actual>``; dtypes print as
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -49,11 +51,11 @@ def _tensor(op: str, name: str, t, optional: bool = False) -> None:
     )
 
 
-def _unit_k_stride(op: str, name: str, t: torch.Tensor) -> None:
+def _unit_k_stride(op: str, name: str, t: torch.Tensor, dim: str = "K") -> None:
     _require(
         t.shape[-1] <= 1 or t.stride(-1) == 1,
         op,
-        lambda: f"{name} must have unit stride along its last dim (K); call .contiguous() first, "
+        lambda: f"{name} must have unit stride along its last dim ({dim}); call .contiguous() first, "
         f"got strides {dims(t.stride())} for shape {dims(t.shape)}",
     )
 
@@ -94,10 +96,32 @@ def _same_device(op: str, device: torch.device, anchor: str, tensors) -> None:
             _require(t.device == device, op, lambda: f"{name} must be on {device} like {anchor}, got {t.device}")
 
 
-def _float_input(op: str, x) -> None:
-    _tensor(op, "x", x)
-    _require(x.dtype in FLOAT_DTYPES, op, lambda: f"x must be one of {names(FLOAT_DTYPES)}, got {x.dtype}")
-    _require(x.dim() >= 1, op, lambda: f"x must have at least 1 dimension [..., K], got shape {dims(x.shape)}")
+def _float_input(op: str, x, name: str = "x", dim: str = "K") -> None:
+    _tensor(op, name, x)
+    _require(x.dtype in FLOAT_DTYPES, op, lambda: f"{name} must be one of {names(FLOAT_DTYPES)}, got {x.dtype}")
+    _require(x.dim() >= 1, op, lambda: f"{name} must have at least 1 dimension [..., {dim}], got shape {dims(x.shape)}")
+
+
+def _rows_input(op: str, x, name: str = "x", dim: str = "K") -> None:
+    """A float [..., K] input of a row-wise fused op: 1 <= K <= MAX_K, unit stride along K."""
+    _float_input(op, x, name, dim)
+    k = x.shape[-1]
+    _require(k >= 1, op, lambda: f"{name}'s last dim ({dim}) must be >= 1, got shape {dims(x.shape)}")
+    _require(
+        k <= MAX_K, op, lambda: f"{dim} must be at most {MAX_K} (the codes feed a GEMM whose int32 accumulator "
+        f"holds {dim} products of 128 x 128), got {dim} = {k}"
+    )
+    _unit_k_stride(op, name, x, dim)
+
+
+def _like(op: str, name: str, t, anchor: str, x: torch.Tensor, dim: str) -> None:
+    """t has x's shape and dtype and unit stride along the last dim (leading strides free)."""
+    _tensor(op, name, t)
+    _require(t.dtype == x.dtype, op, lambda: f"{name} must be {anchor}'s dtype {x.dtype}, got {t.dtype}")
+    _require(
+        t.shape == x.shape, op, lambda: f"{name} must have {anchor}'s shape {dims(x.shape)}, got shape {dims(t.shape)}"
+    )
+    _unit_k_stride(op, name, t, dim)
 
 
 def quantize_per_token(x: torch.Tensor) -> None:
@@ -201,3 +225,49 @@ def linear(x, weight, weight_scale, bias, input_scale, input_zero_point) -> None
          ("input_zero_point", input_zero_point)),
     )
     _unit_k_stride(op, "weight", weight)
+
+
+def _norm_operands(op: str, x, weight, eps) -> None:
+    _rows_input(op, x)
+    k = x.shape[-1]
+    _tensor(op, "weight", weight)
+    _require(weight.dtype == x.dtype, op, lambda: f"weight must be x's dtype {x.dtype}, got {weight.dtype}")
+    _require(
+        weight.dim() == 1 and weight.shape[0] == k,
+        op,
+        lambda: f"weight must be [K] = [{k}] (x's last dim), got shape {dims(weight.shape)}",
+    )
+    _require(
+        weight.numel() <= 1 or weight.stride(0) == 1, op,
+        lambda: f"weight must be contiguous, got strides {dims(weight.stride())}"
+    )
+    _require(
+        isinstance(eps, (int, float)) and not isinstance(eps, bool), op,
+        lambda: f"eps must be a float, got {type(eps).__name__}"
+    )
+    _require(math.isfinite(eps) and eps >= 0, op, lambda: f"eps must be a finite float >= 0, got {eps}")
+
+
+def rms_norm_quant(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """x [..., K] float, 1 <= K <= MAX_K, unit stride along K (leading strides free); weight
+    [K] of x's dtype, contiguous, on x's device; eps a finite float >= 0."""
+    op = "rms_norm_quant"
+    _norm_operands(op, x, weight, eps)
+    _same_device(op, x.device, "x", (("weight", weight),))
+
+
+def add_rms_norm_quant(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """As ``rms_norm_quant``, and residual of x's shape and dtype, unit stride along K, on x's device."""
+    op = "add_rms_norm_quant"
+    _norm_operands(op, x, weight, eps)
+    _like(op, "residual", residual, "x", x, "K")
+    _same_device(op, x.device, "x", (("residual", residual), ("weight", weight)))
+
+
+def silu_mul_quant(gate: torch.Tensor, up: torch.Tensor) -> None:
+    """gate [..., F] float, 1 <= F <= MAX_K, unit stride along F (leading strides free: often
+    the halves of one [M, 2F] GEMM output); up of gate's shape and dtype, likewise, on gate's device."""
+    op = "silu_mul_quant"
+    _rows_input(op, gate, "gate", "F")
+    _like(op, "up", up, "gate", gate, "F")
+    _same_device(op, gate.device, "gate", (("up", up),))
