@@ -32,8 +32,8 @@ def test_model_suite_on_cpu(tmp_path, capsys):
             # per-token / per-channel int8 through 2 layers and lm_head: ~1% here; 5% would mean a broken layer
             assert 0 < r["logits_rel_err"] < 0.05
     out = capsys.readouterr().out
-    assert "| tokens | mode | bf16 ms | w8a8 ms | x bf16 | bound x | % of bound |" in out
-    assert "| 3 | eager |" in out
+    assert "| tokens | mode | impl | bf16 ms | w8a8 ms | x bf16 | bound x | % of bound |" in out
+    assert "| 3 | eager | w8a8 |" in out
 
 
 # Kernel names as the profiler reports them on the H100 (written from the sources and
@@ -49,6 +49,12 @@ NAMES = {
     "void w8a8::(anonymous namespace)::quantize_per_token_kernel<__nv_bfloat16, 8>(...)": "quant",
     "void w8a8::(anonymous namespace)::quantize_static_kernel<__nv_bfloat16>(...)": "quant",
     "_quantize_per_token_kernel": "quant",
+    "_rms_norm_quant_kernel": "fused_quant",
+    "_silu_mul_quant_kernel": "fused_quant",
+    # what the H100's profiler reports for our sm90 kernels: the GMMA atom names the int8 operands
+    "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
+    "cutlass::gemm::collective::CollectiveMma<cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<4, ...>, "
+    "cute::TiledMMA<cute::MMA_Atom<cute::SM90::GMMA::MMA_64x128x32_S32S8S8_SS_TN> ...": "gemm_w8a8",
     "_per_token_row_stats_kernel": "quant",
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas":
         "gemm_bf16",
@@ -72,10 +78,11 @@ def test_kernel_buckets(name):
 
 
 def test_breakdown_sums_buckets_and_lists_unmatched():
-    kernels = {"nvjet_tst_128x256": 600.0, "_scaled_mm_kernel": 200.0, "_quantize_per_token_kernel": 50.0,
-               "triton_poi_fused_mul_silu_1": 100.0, "mystery_kernel": 50.0}
+    kernels = {"nvjet_tst_128x256": (600.0, 7), "_scaled_mm_kernel": (200.0, 4), "_quantize_per_token_kernel": (50.0, 2),
+               "triton_poi_fused_mul_silu_1": (100.0, 1), "mystery_kernel": (50.0, 1)}
     row = model.breakdown(kernels)
-    assert row["gpu_us"] == 1000.0 and row["kernels_per_forward"] == 5
+    assert row["gpu_us"] == 1000.0 and row["kernels_per_forward"] == 15
+    assert (row["quant_launches"], row["fused_quant_launches"], row["gemm_w8a8_launches"]) == (2, 0, 4)
     assert (row["gemm_bf16_us"], row["gemm_w8a8_us"], row["quant_us"], row["other_us"]) == (600.0, 200.0, 50.0, 150.0)
     assert row["gemm_us"] == 800.0 and row["quant_share"] == 0.05 and row["unmatched"] == ["mystery_kernel"]
 

@@ -42,6 +42,14 @@ class W8A8Config:
     report (True) : compute each layer's weight SQNR (dB, fp32 on the layer's device)
         into ``QuantizationReport.sqnr_db``; False skips it (the report still lists the
         replaced and skipped layers).
+    fuse (True) : ``w8a8.fuse_model`` after quantizing: layers that read one activation
+        share its quantization and (``merge``) run as one GEMM; RMSNorm and
+        SiLU-and-mul producers quantize their output. Found from one recorded forward
+        (a probe for a transformers model, else the model's first eager forward); the
+        outputs are those of the separate layers. False: every layer on its own.
+    merge (True) : with ``fuse``, concatenate the weights of layers that read one
+        activation (q/k/v, gate/up) so that one GEMM runs; their parameters become views
+        of it (the state dict keeps one tensor per layer).
     """
 
     act_quant: str = "dynamic"
@@ -54,6 +62,8 @@ class W8A8Config:
     input_scales: dict[str, float] | None = None
     backend: str | None = None
     report: bool = True
+    fuse: bool = True
+    merge: bool = True
 
     def __post_init__(self) -> None:
         from w8a8.quantize_model import skip_patterns
@@ -82,8 +92,9 @@ class W8A8Config:
             )
         if self.calibration is not None and not isinstance(self.calibration, (list, tuple)):
             object.__setattr__(self, "calibration", list(self.calibration))  # a generator is read more than once
-        if not isinstance(self.report, bool):
-            raise TypeError(f"W8A8Config: report must be True or False, got {self.report!r}")
+        for name in ("report", "fuse", "merge"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"W8A8Config: {name} must be True or False, got {getattr(self, name)!r}")
 
     def replace(self, **changes) -> "W8A8Config":
         """A copy with ``changes`` applied (and checked again)."""

@@ -1,12 +1,25 @@
 """W8A8Linear: a drop-in replacement for nn.Linear with int8 weights and activations."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
 from w8a8 import dispatch, ops, reference
 
 ACT_QUANT_MODES = ("dynamic", "static")
+
+
+class QuantizedActivation(NamedTuple):
+    """An activation already quantized per token (``w8a8.quantize_per_token``,
+    ``rms_norm_quant``, ``silu_mul_quant``): a dynamic ``W8A8Linear`` given one runs only
+    its GEMM. ``codes`` int8 [..., K]; ``scales`` float32 [..., 1]; ``dtype`` the float
+    dtype of the output (the model's)."""
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    dtype: torch.dtype
 
 
 def _frozen(t: torch.Tensor) -> nn.Parameter:
@@ -145,6 +158,9 @@ class W8A8Linear(nn.Module):
                     raise
                 moved[key] = _frozen(r if r.dtype == t.dtype else t.to(device=r.device))
             self._parameters.update(moved)
+        group = self.__dict__.get("_w8a8_group")
+        if group is not None:  # the parameters are no longer views of the group's merged tensors
+            group.invalidate()
         return self
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
@@ -176,9 +192,45 @@ class W8A8Linear(nn.Module):
             return
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
+        """``x`` float [..., in_features], or a ``QuantizedActivation`` (dynamic layers only).
+        A layer in a ``w8a8.fuse`` group shares its input's quantization with its siblings."""
+        if isinstance(x, QuantizedActivation):
+            return self.forward_quantized(x)
+        group = self.__dict__.get("_w8a8_group")
+        if group is not None:
+            return group.forward(self, x)
+        return self.plain_forward(x)
+
+    def plain_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The layer on its own: ``w8a8.linear`` (quantize x, then the scaled GEMM)."""
         return ops.linear(x, self.weight, self.weight_scale, self.folded_bias(), self.input_scale,
                           self.input_zero_point, backend=self.backend)
+
+    def forward_quantized(self, x: QuantizedActivation) -> torch.Tensor:
+        """The GEMM on an activation quantized per token elsewhere: ``scaled_mm(codes, weight,
+        scales, weight_scale, bias, dtype)``, shaped [..., out_features]."""
+        if self.act_quant != "dynamic":
+            raise ValueError(
+                "W8A8Linear: a QuantizedActivation needs act_quant='dynamic' (per-token scales); this layer "
+                f"quantizes with its calibrated input_scale (act_quant={self.act_quant!r}): pass the float activation"
+            )
+        codes, scales = x.codes, x.scales
+        k = self.in_features
+        if codes.dim() < 1 or codes.shape[-1] != k:
+            raise ValueError(f"W8A8Linear: QuantizedActivation codes must have last dim {k}, got shape {list(codes.shape)}")
+        if scales.shape != (*codes.shape[:-1], 1):
+            raise ValueError(
+                f"W8A8Linear: QuantizedActivation scales must have shape {[*codes.shape[:-1], 1]}, got {list(scales.shape)}"
+            )
+        out = ops.scaled_mm(codes.reshape(-1, k), self.weight, scales.reshape(-1, 1), self.weight_scale, self.bias,
+                            x.dtype, backend=self.backend)
+        return out.view(*codes.shape[:-1], self.out_features)
+
+    def clear_group(self) -> None:
+        """Leave a ``w8a8.fuse`` group: the layer runs on its own again."""
+        self.__dict__.pop("_w8a8_group", None)
+        self.__dict__.pop("_w8a8_index", None)
 
     def folded_bias(self) -> torch.Tensor | None:
         """The bias the epilogue adds: ``bias``, or with an input zero point the fp32

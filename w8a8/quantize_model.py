@@ -22,6 +22,7 @@ class QuantizationReport:
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
     sqnr_db: dict[str, float] = dataclasses.field(default_factory=dict)
     unmatched_skip: list[str] = dataclasses.field(default_factory=list)  # skip patterns that matched no layer
+    fusion: Any = None  # w8a8.fuse.FusionReport; None: not fused, or fused at the model's first forward
 
     def summary(self) -> str:
         lines = [f"replaced {len(self.replaced)} Linear layers, skipped {len(self.skipped)}"]
@@ -249,6 +250,8 @@ def quantize_model(
     smoothquant_alpha: float | None = _UNSET,
     smoothquant_mappings: dict[str, list[str]] | None = _UNSET,
     report: bool = _UNSET,
+    fuse: bool = _UNSET,
+    merge: bool = _UNSET,
 ) -> QuantizationReport:
     """Replace every eligible ``nn.Linear`` in ``model`` by a ``W8A8Linear``, in place.
 
@@ -258,7 +261,8 @@ def quantize_model(
     config : a ``w8a8.W8A8Config`` (None: the defaults). Every field can also be given
         as a keyword (``skip=``, ``act_quant=``, ``include=``, ``filter_fn=``,
         ``calibration=``, ``smoothquant_alpha=``, ``smoothquant_mappings=``,
-        ``input_scales=``, ``backend=``, ``report=``; see ``W8A8Config`` for each);
+        ``input_scales=``, ``backend=``, ``report=``, ``fuse=``, ``merge=``; see
+        ``W8A8Config`` for each);
         a keyword fills a field the config leaves at its default, and one that
         disagrees with a field the config sets is a ValueError. (A string or list
         here is today's positional ``skip``.)
@@ -288,7 +292,7 @@ def quantize_model(
     config = resolve_config(
         config, skip=skip, act_quant=act_quant, input_scales=input_scales, backend=backend, include=include,
         filter_fn=filter_fn, calibration=calibration, smoothquant_alpha=smoothquant_alpha,
-        smoothquant_mappings=smoothquant_mappings, report=report,
+        smoothquant_mappings=smoothquant_mappings, report=report, fuse=fuse, merge=merge,
     )
     result = QuantizationReport()
     candidates = select_layers(model, config, result)
@@ -321,4 +325,22 @@ def quantize_model(
         from w8a8.checkpoint.save import install_save_pretrained
 
         install_save_pretrained(model)
+        if config.fuse:
+            result.fusion = apply_fusion(model, merge=config.merge)
     return result
+
+
+def apply_fusion(model: nn.Module, merge: bool = True):
+    """``w8a8.fuse_model`` on a quantized model, and the torch.compile graph pass installed.
+
+    Recorded from a probe forward (8 token ids) for a transformers model on a GPU; any
+    other model, or one on the CPU (where a probe of a large model would take minutes), is
+    recorded at its first eager forward. Returns the FusionReport, or None when armed."""
+    from w8a8 import fuse as fuse_mod
+    from w8a8 import fusion
+
+    fusion.install()
+    probe = fuse_mod.probe_inputs(model)
+    if probe is None or probe["input_ids"].device.type == "cpu":
+        return fuse_mod.fuse_model(model, merge=merge)
+    return fuse_mod.fuse_model(model, merge=merge, **probe)

@@ -58,13 +58,14 @@ SIZES = {
 # "other" patterns are only there so that the "unmatched" list stays short and meaningful.
 KERNEL_BUCKETS = (
     ("other", r"flash|fmha|sdpa|attention"),
+    ("fused_quant", r"rms_norm_quant|silu_mul_quant"),  # a producer (norm, SiLU-and-mul) that also quantizes
     ("quant", r"(?<!De)quantize|row_stats"),  # not the sm90 GEMM's epilogue functor, w8a8::DequantizeFn
-    ("gemm_w8a8", r"w8a8::|scaled_mm|split_k_dequant|split_k_partials|cutlass.*signed char"),
+    ("gemm_w8a8", r"w8a8::|scaled_mm|split_k_dequant|split_k_partials|cutlass.*signed char|S32S8S8"),
     ("gemm_bf16", r"gemm|gemv|cutlass|xmma|nvjet|s16816|s1688|wgmma|cublas|triton_tem|\bmm\b|matmul"),
     ("other", r"^triton_|elementwise|reduce|vectorized|Memcpy|Memset|memcpy|memset|Cat|index|copy|fill|softmax"
-              r"|embedding|rms|norm|pow|mean|rsqrt|silu|mul|add|cos|sin|arange|where|cumsum|sort|gather|scatter"),
+              r"|embedding|rms|norm|pow|mean|rsqrt|silu|mul|add|cos|sin|arange|where|cumsum|scan|sort|gather|scatter"),
 )
-BUCKETS = ("gemm_bf16", "gemm_w8a8", "quant", "other")
+BUCKETS = ("gemm_bf16", "gemm_w8a8", "quant", "fused_quant", "other")
 
 
 def classify(name: str) -> str | None:
@@ -122,20 +123,24 @@ def _profile_cycles(fn, device: torch.device, iters: int, activities, ready) -> 
             prof.step()
 
 
-def kernel_us(fn, device: torch.device, iters: int = PROFILED) -> dict[str, float] | None:
-    """{kernel name: us} of the median forward (by kernel-time sum) over ``iters`` separately
-    profiled forwards; None when the profiler records no CUDA kernel (the CPU)."""
+def kernel_us(fn, device: torch.device, iters: int = PROFILED) -> dict[str, tuple[float, int]] | None:
+    """{kernel name: (us, launches)} of the median forward (by kernel-time sum) over ``iters``
+    separately profiled forwards; None when the profiler records no CUDA kernel (the CPU)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
 
-    per_forward: list[dict[str, float]] = []
+    per_forward: list[dict[str, tuple[float, int]]] = []
 
     def ready(prof) -> None:
         times: dict[str, float] = defaultdict(float)
+        counts: dict[str, int] = defaultdict(int)
         for e in prof.key_averages():
-            if e.device_type == DeviceType.CUDA:
+            # kernels only: user annotations (ProfilerStep*, record_function ranges) also carry a
+            # CUDA device time, the span of the range, which would count the forward twice
+            if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False):
                 times[e.key] += e.self_device_time_total
-        per_forward.append(dict(times))
+                counts[e.key] += e.count
+        per_forward.append({k: (v, counts[k]) for k, v in times.items()})
 
     for _ in range(WARMUP):
         fn()
@@ -147,22 +152,26 @@ def kernel_us(fn, device: torch.device, iters: int = PROFILED) -> dict[str, floa
     per_forward = [t for t in per_forward if t]
     if not per_forward:
         return None
-    per_forward.sort(key=lambda t: sum(t.values()))
+    per_forward.sort(key=lambda t: sum(us for us, _ in t.values()))
     return per_forward[len(per_forward) // 2]
 
 
-def breakdown(kernels: dict[str, float]) -> dict:
-    """The row fields of one forward's {kernel name: us}: total, buckets, unmatched names."""
+def breakdown(kernels: dict[str, tuple[float, int]]) -> dict:
+    """The row fields of one forward's {kernel name: (us, launches)}: total, buckets, launches
+    per bucket, unmatched names."""
     buckets = dict.fromkeys(BUCKETS, 0.0)
+    launches = dict.fromkeys(BUCKETS, 0)
     unmatched = set()
-    for name, us in kernels.items():
+    for name, (us, count) in kernels.items():
         bucket = classify(name)
         if bucket is None:
             unmatched.add(name[:200])
         buckets[bucket or "other"] += us
-    gpu = sum(kernels.values())
-    return {"gpu_us": round(gpu, 2), "kernels_per_forward": len(kernels), "unmatched": sorted(unmatched),
+        launches[bucket or "other"] += count
+    gpu = sum(us for us, _ in kernels.values())
+    return {"gpu_us": round(gpu, 2), "kernels_per_forward": sum(launches.values()), "unmatched": sorted(unmatched),
             **{f"{b}_us": round(v, 2) for b, v in buckets.items()},
+            **{f"{b}_launches": n for b, n in launches.items()},
             "gemm_us": round(buckets["gemm_bf16"] + buckets["gemm_w8a8"], 2),
             "quant_share": round(buckets["quant"] / gpu, 4) if gpu else None}
 
@@ -175,7 +184,8 @@ def measure(model, ids, device: torch.device) -> tuple[dict, torch.Tensor]:
         wall = wall_us(fn, device)
         kernels = kernel_us(fn, device)
     row = {"wall_us": round(wall, 2), "gpu_us": None, "kernels_per_forward": None, "unmatched": None,
-           **{f"{b}_us": None for b in BUCKETS}, "gemm_us": None, "quant_share": None}
+           **{f"{b}_us": None for b in BUCKETS}, **{f"{b}_launches": None for b in BUCKETS},
+           "gemm_us": None, "quant_share": None}
     if kernels is not None:
         row.update(breakdown(kernels))
     row["us"] = row["gpu_us"] if row["gpu_us"] is not None else row["wall_us"]
@@ -211,43 +221,62 @@ def compare(bf16: dict, w8a8: dict, w8a8_logits: torch.Tensor, bf16_logits: torc
     return out
 
 
+# W8A8 variants: quantize_model keywords, and whether Inductor's w8a8 graph pass runs under compile.
+VARIANTS = {
+    "w8a8": (dict(), True),                        # what quantize_model gives (fused)
+    "w8a8-unfused": (dict(fuse=False), False),     # every layer on its own, no graph pass
+    "w8a8-unmerged": (dict(merge=False), True),    # shared and fused quantization, separate GEMMs
+}
+DEFAULT_VARIANTS = ("w8a8",)
+
+
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| tokens | mode | bf16 ms | w8a8 ms | x bf16 | bound x | % of bound | quantizer share of w8a8 |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| tokens | mode | impl | bf16 ms | w8a8 ms | x bf16 | bound x | % of bound | quantizer launches (fused) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
     for r in rows:
-        if r["impl"] != "w8a8":
+        if r["impl"] == "bf16":
             continue
         if r.get("skipped"):
-            lines.append(f"| {r['M']} | {r['mode']} | - | - | - | - | - | skipped: {r['skipped']} |")
+            lines.append(f"| {r['M']} | {r['mode']} | {r['impl']} | - | - | - | - | - | skipped: {r['skipped']} |")
             continue
         b = next(x for x in rows if x["impl"] == "bf16" and x["M"] == r["M"] and x["mode"] == r["mode"])
-        share = None if r["quant_share"] is None else 100 * r["quant_share"]
-        lines.append(f"| {r['M']} | {r['mode']} | {b['us'] / 1e3:.3f} | {r['us'] / 1e3:.3f} | {r['x_bf16']:.3f} | "
-                     f"{f(r['bound_x'], '.3f')} | {f(r['pct_of_bound'], '.1f')} | {f(share, '.1f')}{'' if share is None else '%'} |")
+        launches = "-" if r.get("quant_launches") is None else f"{r['quant_launches']} ({r['fused_quant_launches']})"
+        lines.append(f"| {r['M']} | {r['mode']} | {r['impl']} | {b['us'] / 1e3:.3f} | {r['us'] / 1e3:.3f} | "
+                     f"{r['x_bf16']:.3f} | {f(r['bound_x'], '.3f')} | {f(r['pct_of_bound'], '.1f')} | {launches} |")
     return "\n".join(lines)
 
 
+def _graph_pass(on: bool) -> None:
+    """Turn w8a8's Inductor graph pass on or off for the next compile (W8A8_INDUCTOR_FUSION)."""
+    import os
+
+    os.environ["W8A8_INDUCTOR_FUSION"] = "1" if on else "0"
+
+
 def run_suite(tokens: list[int], device: torch.device, size: str | None = None, layers: int | None = None,
-              modes=MODES) -> tuple[list[dict], dict]:
-    """Rows (one per tokens x mode x {bf16, w8a8}) and the run's description for the result file."""
+              modes=MODES, variants=DEFAULT_VARIANTS) -> tuple[list[dict], dict]:
+    """Rows (one per tokens x mode x {bf16, *variants}) and the run's description for the result file."""
     import w8a8
 
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"w8a8 bench: unknown model variants {sorted(unknown)}; expected {list(VARIANTS)}")
     size = size or ("llama3-8b" if device.type == "cuda" else "tiny")
     layers = layers or (4 if size == "llama3-8b" else 2)
     bf16_model, config = build_model(size, layers, device)
-    q_model = copy.deepcopy(bf16_model)
-    w8a8.quantize_model(q_model, skip=("lm_head",), progress=False)
     gen = torch.Generator().manual_seed(0)
     inputs = {m: torch.randint(0, config.vocab_size, (1, m), generator=gen).to(device) for m in tokens}
     results, logits = {}, {}
-    for impl, model in (("bf16", bf16_model), ("w8a8", q_model)):
+
+    def run(impl, model, graph_pass):
         for mode in modes:
             skipped = None
             if mode == "compile" and device.type != "cuda":
                 skipped = "torch.compile not run on the CPU (slow C++ builds)"
             if mode == "compile" and not skipped:
                 torch._dynamo.reset()
+                _graph_pass(graph_pass)
                 runner = torch.compile(model, dynamic=True)
             else:
                 runner = model
@@ -260,16 +289,33 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
                 results[impl, mode, m] = {**base, **row}
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
+
+    run("bf16", bf16_model, False)
+    fusion = {}
+    for impl in variants:
+        keywords, graph_pass = VARIANTS[impl]
+        q_model = copy.deepcopy(bf16_model)
+        report = w8a8.quantize_model(q_model, skip=("lm_head",), progress=False, **keywords)
+        if report.fusion is not None:
+            fusion[impl] = report.fusion.summary()
+        run(impl, q_model, graph_pass)
+        del q_model
+    _graph_pass(True)
     rows = []
     for mode in modes:
         for m in tokens:
-            b, q = results["bf16", mode, m], results["w8a8", mode, m]
-            if not q.get("skipped"):
-                q.update(compare(b, q, logits["w8a8", mode, m], logits["bf16", mode, m]))
-            rows += [b, q]
+            b = results["bf16", mode, m]
+            rows.append(b)
+            for impl in variants:
+                q = results[impl, mode, m]
+                if not q.get("skipped"):
+                    q.update(compare(b, q, logits[impl, mode, m], logits["bf16", mode, m]))
+                rows.append(q)
     described = {"kind": "model", "model": "transformers LlamaForCausalLM, random weights, SDPA attention",
                  "size": size, "layers": layers, "config": {**SIZES[size], "num_hidden_layers": layers},
                  "lm_head": "bf16 (quantize_model skip)", "batch": 1, "use_cache": False,
+                 "variants": {v: {"quantize_model": VARIANTS[v][0], "graph_pass": VARIANTS[v][1]} for v in variants},
+                 "fusion": fusion,
                  "compile": "torch.compile default mode, once per model, dynamic=True (M=1 specialised); "
                             "dynamo reset between models",
                  "warmup": WARMUP, "profiled_forwards": PROFILED, "wall_forwards": WALL,
@@ -283,8 +329,9 @@ def main(args, device: torch.device, ceilings: dict) -> list[dict]:
 
     from w8a8.bench import harness
 
+    variants = tuple(args.variants.split(",")) if getattr(args, "variants", None) else DEFAULT_VARIANTS
     rows, described = run_suite(args.m or harness.DEFAULT_M, device, getattr(args, "size", None),
-                                getattr(args, "layers", None))
+                                getattr(args, "layers", None), variants=variants)
     print(markdown_table(rows))
     unmatched = sorted({n for r in rows for n in (r.get("unmatched") or [])})
     if unmatched:

@@ -275,6 +275,9 @@ def load_float_quantized(model: nn.Module, path: str, config, device=None, dtype
     warn_if_empty(report, _FN, stacklevel=4)
     if report.replaced:
         from w8a8.checkpoint.save import install_save_pretrained
+        from w8a8.quantize_model import apply_fusion
 
         install_save_pretrained(model)
+        if config.fuse:
+            report.fusion = apply_fusion(model, merge=config.merge)
     return report

@@ -266,6 +266,7 @@ def load_quantized(
     progress: bool = False,
     tp_plan: dict | None = None,
     tp_group=None,
+    fuse: bool = True,
 ) -> nn.Module:
     """Load a compressed-tensors int8 checkpoint into a float model, swapping its Linears, in place.
 
@@ -283,6 +284,8 @@ def load_quantized(
         / ``Rowwise()``; those layers become this rank's shard of ``tp_group`` and only
         their slices are copied out of the memory-mapped files (the checks still see the
         whole tensors' headers).
+    fuse : ``w8a8.fuse_model`` the loaded layers (shared quantization, merged siblings,
+        fused producers; see ``W8A8Config.fuse``), recorded at the model's first eager forward.
 
     Returns
     -------
@@ -380,4 +383,8 @@ def load_quantized(
     from w8a8.checkpoint.save import install_save_pretrained
 
     install_save_pretrained(model)
+    if fuse:
+        from w8a8.quantize_model import apply_fusion
+
+        apply_fusion(model)
     return model
