@@ -2,8 +2,9 @@
 path. Each rule of ``w8a8/validate.py``, for each op, at M = 1, 16, 64, 4096 (for linear M
 picks the single C++ op or the composed path on sm90; for scaled_mm the decode kernels or
 the tiles), through every kernel available for the op (reference and triton here; sm90,
-sm80, cuda and linear_sm90 on a GPU), the public op, the Python wrapper and W8A8Linear:
-``type(e) is ValueError``, the message starts with ``w8a8.<op>: `` and equals, byte for
+sm80, cuda and linear_sm90 on a GPU), the public op, the Python wrapper and W8A8Linear
+(the fused rms_norm_quant, add_rms_norm_quant and silu_mul_quant through their kernels,
+ops and wrappers): ``type(e) is ValueError``, the message starts with ``w8a8.<op>: `` and equals, byte for
 byte, the reference kernel's message for the same input.
 
 Edge values that are not errors (NaN rows, zero / negative scales, K = 0, M = 0):
@@ -53,11 +54,32 @@ def _linear_paths(device: str):
     return paths + [("op", torch.ops.w8a8.linear.default), ("wrapper", w8a8.linear)]
 
 
+def _fused_paths(op: str, wrapper):
+    def paths(device: str):
+        kernels = [(f"kernel:{b}", dispatch.kernel(op, b)) for b in dispatch.BACKENDS[op]
+                   if dispatch.unavailable_reason(op, b, torch.device(device)) is None]
+        return kernels + [("op", getattr(torch.ops.w8a8, op).default), ("wrapper", wrapper)]
+
+    return paths
+
+
+_FUSED_PATHS = {
+    "rms_norm_quant": _fused_paths("rms_norm_quant", w8a8.rms_norm_quant),
+    "add_rms_norm_quant": _fused_paths(
+        "add_rms_norm_quant", lambda x, residual, weight, eps: w8a8.rms_norm_quant(x, weight, eps, residual=residual)
+    ),
+    "silu_mul_quant": _fused_paths("silu_mul_quant", w8a8.silu_mul_quant),
+}
+
+
 REFERENCE = {
     "scaled_mm": dispatch.kernel("scaled_mm", "reference"),
     "quantize_per_token": dispatch.kernel("quantize_per_token", "reference"),
     "quantize_static": dispatch.kernel("quantize_static", "reference"),
     "linear": lambda *args: dispatch.linear_kernel(args[0], args[1], "reference")(*args),
+    "rms_norm_quant": dispatch.kernel("rms_norm_quant", "reference"),
+    "add_rms_norm_quant": dispatch.kernel("add_rms_norm_quant", "reference"),
+    "silu_mul_quant": dispatch.kernel("silu_mul_quant", "reference"),
 }
 
 
@@ -74,8 +96,9 @@ def _assert_same_error(op: str, paths, args, not_a_tensor: bool = False) -> str:
     for name, fn in paths:
         got_type, got = _message(fn, args)
         if not_a_tensor and got_type is not ValueError:
-            # A non-tensor where a torch op's schema wants a Tensor: torch's own argument
-            # parser refuses it before any w8a8 code runs (it names the op's schema).
+            # A non-tensor where a torch op's schema wants a Tensor (or a string for a
+            # float): torch's own argument parser refuses it before any w8a8 code runs (it
+            # names the op's schema).
             assert got_type in (TypeError, RuntimeError) and "w8a8::" in got, f"{name}: {got_type.__name__}: {got}"
             continue
         assert got_type is ValueError, f"{name}: {got_type.__name__}: {got}"
@@ -214,6 +237,71 @@ LINEAR_DEVICES = {
     "input_scale_on_cpu": lambda d, m: _lin(d, m, input_scale=torch.tensor([0.05])),
 }
 
+
+def _norm(d, m, add=False, **change):
+    """(x, weight, eps), or with ``add`` (x, residual, weight, eps)."""
+    kw = dict(x=_x(d, m), residual=_x(d, m), weight=torch.randn(K, device=d).to(FLOAT), eps=1e-6)
+    if not add:
+        del kw["residual"]
+    kw.update({k: (v(kw) if callable(v) else v) for k, v in change.items()})
+    return tuple(kw.values())
+
+
+_NORM_RULES = {  # the rules shared by rms_norm_quant and add_rms_norm_quant
+    "x_not_a_tensor": dict(x=[[1.0, 2.0]]),
+    "x_fp64": dict(x=lambda kw: kw["x"].double()),
+    "x_int8": dict(x=lambda kw: rand_int8(*kw["x"].shape, device=kw["x"].device)),
+    "x_0d": dict(x=lambda kw: torch.tensor(1.0, device=kw["x"].device, dtype=FLOAT)),
+    "k_0": dict(x=lambda kw: kw["x"][:, :0]),
+    "k_over_int32_bound": dict(x=lambda kw: torch.zeros(1, BIG_K, device=kw["x"].device, dtype=FLOAT).expand(
+        kw["x"].shape[0], -1)),
+    "x_k_stride": dict(x=lambda kw: _x(kw["x"].device, kw["x"].shape[0], 2 * K)[:, ::2]),
+    "weight_not_a_tensor": dict(weight=None),
+    "weight_dtype": dict(weight=lambda kw: kw["weight"].float()),
+    "weight_2d": dict(weight=lambda kw: kw["weight"][None]),
+    "weight_numel": dict(weight=lambda kw: kw["weight"][:-1]),
+    "weight_strided": dict(weight=lambda kw: torch.randn(2 * K, device=kw["weight"].device).to(FLOAT)[::2]),
+    "eps_not_a_float": dict(eps="1e-6"),
+    "eps_nan": dict(eps=float("nan")),
+    "eps_inf": dict(eps=float("inf")),
+    "eps_negative": dict(eps=-1e-6),
+}
+RMS_NORM = {name: (lambda d, m, rule=rule: _norm(d, m, **rule)) for name, rule in _NORM_RULES.items()}
+RMS_NORM_DEVICES = {"weight_on_cpu": lambda d, m: _norm(d, m, weight=lambda kw: kw["weight"].cpu())}
+ADD_RMS_NORM = {
+    **{name: (lambda d, m, rule=rule: _norm(d, m, add=True, **rule)) for name, rule in _NORM_RULES.items()},
+    "residual_not_a_tensor": lambda d, m: _norm(d, m, add=True, residual=[[1.0]]),
+    "residual_dtype": lambda d, m: _norm(d, m, add=True, residual=lambda kw: kw["residual"].half()),
+    "residual_shape": lambda d, m: _norm(d, m, add=True, residual=lambda kw: kw["residual"][None]),
+    "residual_k_stride": lambda d, m: _norm(d, m, add=True, residual=lambda kw: _x(d, m, 2 * K)[:, ::2]),
+}
+ADD_RMS_NORM_DEVICES = {
+    "residual_on_cpu": lambda d, m: _norm(d, m, add=True, residual=lambda kw: kw["residual"].cpu()),
+    "weight_on_cpu": lambda d, m: _norm(d, m, add=True, weight=lambda kw: kw["weight"].cpu()),
+}
+
+
+def _silu(d, m, **change):
+    kw = dict(gate=_x(d, m), up=_x(d, m))
+    kw.update({k: (v(kw) if callable(v) else v) for k, v in change.items()})
+    return tuple(kw.values())
+
+
+SILU_MUL = {
+    "gate_not_a_tensor": lambda d, m: _silu(d, m, gate=None),
+    "up_not_a_tensor": lambda d, m: _silu(d, m, up=[[1.0]]),
+    "gate_fp64": lambda d, m: _silu(d, m, gate=lambda kw: kw["gate"].double()),
+    "gate_int8": lambda d, m: _silu(d, m, gate=rand_int8(m, K, device=d)),
+    "gate_0d": lambda d, m: _silu(d, m, gate=torch.tensor(1.0, device=d, dtype=FLOAT)),
+    "f_0": lambda d, m: _silu(d, m, gate=lambda kw: kw["gate"][:, :0], up=lambda kw: kw["up"][:, :0]),
+    "f_over_int32_bound": lambda d, m: _silu(d, m, gate=torch.zeros(1, BIG_K, device=d, dtype=FLOAT).expand(m, -1)),
+    "gate_f_stride": lambda d, m: _silu(d, m, gate=_x(d, m, 2 * K)[:, ::2]),
+    "up_f_stride": lambda d, m: _silu(d, m, up=_x(d, m, 2 * K)[:, ::2]),
+    "up_dtype": lambda d, m: _silu(d, m, up=lambda kw: kw["up"].float()),
+    "up_shape": lambda d, m: _silu(d, m, up=lambda kw: kw["up"][:, :-1]),
+}
+SILU_MUL_DEVICES = {"up_on_cpu": lambda d, m: _silu(d, m, up=lambda kw: kw["up"].cpu())}
+
 GPU = ["cuda"]
 DEVICES_ALL = ["cpu", "cuda"]
 
@@ -228,7 +316,7 @@ def _run(op, cases, device, name, m, paths):
     args = cases[name](device, m)
     if args is None:
         pytest.skip("the rule cannot be broken at this M")
-    _assert_same_error(op, paths(device), args, not_a_tensor="not_a_tensor" in name)
+    _assert_same_error(op, paths(device), args, not_a_tensor="_not_a_" in name)
 
 
 @pytest.mark.parametrize("m", M_VALUES)
@@ -253,6 +341,25 @@ def test_quantize_static(device, case, m):
 @pytest.mark.parametrize("device,case", _params(LINEAR, DEVICES_ALL) + _params(LINEAR_DEVICES, GPU))
 def test_linear(device, case, m):
     _run("linear", {**LINEAR, **LINEAR_DEVICES}, device, case, m, _linear_paths)
+
+
+@pytest.mark.parametrize("m", M_VALUES)
+@pytest.mark.parametrize("device,case", _params(RMS_NORM, DEVICES_ALL) + _params(RMS_NORM_DEVICES, GPU))
+def test_rms_norm_quant(device, case, m):
+    _run("rms_norm_quant", {**RMS_NORM, **RMS_NORM_DEVICES}, device, case, m, _FUSED_PATHS["rms_norm_quant"])
+
+
+@pytest.mark.parametrize("m", M_VALUES)
+@pytest.mark.parametrize("device,case", _params(ADD_RMS_NORM, DEVICES_ALL) + _params(ADD_RMS_NORM_DEVICES, GPU))
+def test_add_rms_norm_quant(device, case, m):
+    _run("add_rms_norm_quant", {**ADD_RMS_NORM, **ADD_RMS_NORM_DEVICES}, device, case, m,
+         _FUSED_PATHS["add_rms_norm_quant"])
+
+
+@pytest.mark.parametrize("m", M_VALUES)
+@pytest.mark.parametrize("device,case", _params(SILU_MUL, DEVICES_ALL) + _params(SILU_MUL_DEVICES, GPU))
+def test_silu_mul_quant(device, case, m):
+    _run("silu_mul_quant", {**SILU_MUL, **SILU_MUL_DEVICES}, device, case, m, _FUSED_PATHS["silu_mul_quant"])
 
 
 # --- through W8A8Linear ----------------------------------------------------------------------------
@@ -308,5 +415,6 @@ def test_w8a8linear_constructor_refusals():
 def test_no_public_out_variant():
     """Overlapping ``out`` needs an out= variant: none of the public ops has one. Add the
     overlap cases here with the first one that does."""
-    for fn in (w8a8.scaled_mm, w8a8.quantize_per_token, w8a8.quantize_static, w8a8.linear, w8a8.W8A8Linear.forward):
+    for fn in (w8a8.scaled_mm, w8a8.quantize_per_token, w8a8.quantize_static, w8a8.linear, w8a8.rms_norm_quant,
+               w8a8.silu_mul_quant, w8a8.W8A8Linear.forward):
         assert not {"out", "output"} & set(inspect.signature(fn).parameters), fn.__qualname__

@@ -1,5 +1,6 @@
 """The public ops: ``torch.library.opcheck`` of every public op (``w8a8::scaled_mm``,
-``quantize_per_token``, ``quantize_static``, ``linear``) on the CPU and on CUDA, and of
+``quantize_per_token``, ``quantize_static``, ``linear``, ``rms_norm_quant``,
+``add_rms_norm_quant``, ``silu_mul_quant``) on the CPU and on CUDA, and of
 every kernel op available here; ``torch.export`` of a model of W8A8Linear layers: exported
 on the CPU, saved, loaded, run on the CPU and (moved) on a GPU, equal to eager bit for bit.
 """
@@ -21,6 +22,17 @@ def _mm_args(device, m, bias_dtype, out_dtype=torch.bfloat16):
 def _quant_args(device):
     x = torch.randn(3, 5, 48, device=device, dtype=torch.bfloat16)
     return x, torch.tensor([0.02], device=device), torch.tensor([3], dtype=torch.int32, device=device)
+
+
+def _fused_args(device):
+    """(op name, args) of each fused op: 3-D x, a row-strided residual, gate / up as the
+    halves of one [M, 2F] tensor."""
+    x = torch.randn(3, 5, 48, device=device, dtype=torch.bfloat16)
+    residual = torch.randn(3, 5, 96, device=device, dtype=torch.bfloat16)[..., 48:]
+    weight = torch.randn(48, device=device, dtype=torch.bfloat16)
+    both = torch.randn(7, 2 * 40, device=device, dtype=torch.float16)
+    return [("rms_norm_quant", (x, weight, 1e-6)), ("add_rms_norm_quant", (x, residual, weight, 1e-5)),
+            ("silu_mul_quant", (both[:, :40], both[:, 40:]))]
 
 
 def _linear_args(device, m, static):
@@ -45,6 +57,8 @@ def test_opcheck_public_ops(device):
         torch.library.opcheck(torch.ops.w8a8.linear.default, _linear_args(device, m, static))
     torch.library.opcheck(torch.ops.w8a8.linear.default, (torch.randn(2, 3, 128, device=device),
                                                          *_linear_args(device, 1, False)[1:3], None, None, None))
+    for op, args in _fused_args(device):
+        torch.library.opcheck(getattr(torch.ops.w8a8, op).default, args)
 
 
 def test_opcheck_quantize_static_permuted_input_cpu():
@@ -70,6 +84,14 @@ def test_opcheck_quantize_kernels(device, backend):
     op = getattr(torch.ops.w8a8, f"quantize_static_{backend}").default
     torch.library.opcheck(op, (x, scale, None))
     torch.library.opcheck(op, (x, scale, zp))
+
+
+@pytest.mark.parametrize("device,backend", kernel_params("rms_norm_quant"))
+def test_opcheck_fused_quant_kernels(device, backend):
+    if backend == "reference":
+        pytest.skip("the reference is a Python function, not an op (the public op's CPU implementation)")
+    for op, args in _fused_args(device):
+        torch.library.opcheck(getattr(torch.ops.w8a8, f"{op}_{backend}").default, args)
 
 
 @pytest.mark.sm90

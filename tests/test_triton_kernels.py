@@ -2,6 +2,8 @@
 
 * quantization: bit-identical (q and scale, NaN-aware), on odd K, leading dims,
   strided rows, zero rows, Inf/NaN rows, exact .5 ties, every input dtype;
+* the fused norm / SiLU-mul quantizers (tests/test_fused_quant.py): their sm_90 code's
+  divisions, square roots and flush-to-zero, checked offline;
 * scaled_mm: every output element within 1 ulp of the reference (NaN-filled
   outputs, so an element the kernel does not write fails), odd M/N/K, scalar and
   vector scales, bias none/fp32/bf16, bf16/fp16 outputs, full int8 range, strided
@@ -318,6 +320,7 @@ _SM90_COMPILE_SCRIPT = textwrap.dedent(
     from triton.compiler import ASTSource
     quant = importlib.import_module("w8a8.triton.quant")
     mm = importlib.import_module("w8a8.triton.scaled_mm")
+    fused = importlib.import_module("w8a8.triton.fused_quant")
 
     def facts(name, fn, signature, constexprs, options, aligned, **extra):
         attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
@@ -332,7 +335,9 @@ _SM90_COMPILE_SCRIPT = textwrap.dedent(
             rint_add=count(r"add\\.f32\\s+%\\w+, %\\w+, 0f4B400000"),
             rint_sub=count(r"add\\.f32\\s+%\\w+, %\\w+, 0fCB400000"),
             wgmma=count(r"wgmma\\.mma_async"), mma_sync=count(r"mma\\.sync"),
-            cvt_rn_out=count(r"cvt\\.rn\\.(bf16|f16)(x2)?\\.f32"), **extra,
+            cvt_rn_out=count(r"cvt\\.rn\\.(bf16|f16)(x2)?\\.f32"),
+            sqrt_rn=count(r"sqrt\\.rn\\.f32"), sqrt_inexact=count(r"sqrt\\.approx|rsqrt"),
+            ex2_ftz=count(r"ex2\\.approx\\.ftz\\.f32"), ex2=count(r"ex2\\."), **extra,
         )))
 
     sig = dict(x_ptr="*bf16", q_ptr="*i8", scale_ptr="*fp32", stats_ptr="*fp32", R="i32", K="i32", stride_xr="i32",
@@ -349,6 +354,22 @@ _SM90_COMPILE_SCRIPT = textwrap.dedent(
           dict(x_ptr="*fp16", q_ptr="*i8", scale_ptr="*fp32", zp_ptr="*i32", R="i32", K="i32", stride_xr="i32",
                HAS_ZP="constexpr", ROWS="constexpr", BLOCK_K="constexpr"),
           dict(HAS_ZP=True, ROWS=c.rows, BLOCK_K=c.block_k), dict(num_warps=c.num_warps), [0, 1, 2, 3, 6])
+
+    norm_sig = dict(x_ptr="*bf16", res_ptr="*bf16", w_ptr="*bf16", q_ptr="*i8", scale_ptr="*fp32", normed_ptr="*bf16",
+                    sum_ptr="*bf16", R="i32", K="i32", stride_xr="i32", stride_rr="i32", eps="fp32",
+                    HAS_RESIDUAL="constexpr", ROWS="constexpr", BLOCK_K="constexpr", SINGLE_PASS="constexpr")
+    silu_sig = dict(g_ptr="*bf16", u_ptr="*bf16", q_ptr="*i8", scale_ptr="*fp32", p_ptr="*bf16", R="i32", F="i32",
+                    stride_gr="i32", stride_ur="i32", ROWS="constexpr", BLOCK_K="constexpr", SINGLE_PASS="constexpr",
+                    STORE_PRODUCT="constexpr")
+    for dtype, k in [("*bf16", 4096), ("*fp16", 14336), ("*fp32", 100)]:
+        c = quant.per_token_config(k)
+        shape = dict(ROWS=c.rows, BLOCK_K=c.block_k, SINGLE_PASS=c.single_pass)
+        facts(f"fused/rms_norm/{dtype[1:]}/K={k}", fused._rms_norm_quant_kernel,
+              {**norm_sig, **{n: dtype for n in ("x_ptr", "res_ptr", "w_ptr", "normed_ptr", "sum_ptr")}},
+              dict(HAS_RESIDUAL=k != 100, **shape), dict(num_warps=c.num_warps), [0, 1, 2, 3, 4, 5, 6])
+        facts(f"fused/silu_mul/{dtype[1:]}/K={k}", fused._silu_mul_quant_kernel,
+              {**silu_sig, **{n: dtype for n in ("g_ptr", "u_ptr", "p_ptr")}},
+              dict(STORE_PRODUCT=False, **shape), dict(num_warps=c.num_warps), [0, 1, 2, 3, 4])
 
     mm_sig = dict(a_ptr="*i8", b_ptr="*i8", a_scale_ptr="*fp32", b_scale_ptr="*fp32", bias_ptr="*bf16",
                   c_ptr="*bf16", M="i32", N="i32", K="i32", stride_am="i32", stride_bn="i32", stride_cm="i32",
@@ -389,12 +410,28 @@ def test_sm90_quantize_ptx_is_ieee(sm90_ptx_facts):
     """On the GPU: IEEE divisions (never div.full/approx), no flush-to-zero, rint not folded
     away: the static kernel adds and subtracts the magic constant; the per-token kernels add
     it and read the code from the sum's low bits (no subtraction)."""
-    quant_facts = [f for name, f in sm90_ptx_facts.items() if not name.startswith("scaled_mm")]
+    quant_facts = [f for name, f in sm90_ptx_facts.items() if not name.startswith(("scaled_mm", "fused"))]
     assert len(quant_facts) == 8
     for f in quant_facts:
         assert f["div_rn"] > 0 and f["div_inexact"] == 0 and f["ftz"] == 0, f
         assert f["rint_add"] > 0, f
         assert f["rint_sub"] == (f["rint_add"] if f["name"] == "static" else 0), f
+
+
+def test_sm90_fused_quant_ptx(sm90_ptx_facts):
+    """On the GPU, the fused kernels (w8a8/triton/fused_quant.py): IEEE divisions, the norm's
+    sqrt correctly rounded (no rsqrt), the quantizer's rint addition; the only flush-to-zero
+    is SiLU's ex2.approx.ftz on [-1/2, 1/2], whose inputs and results are never subnormal,
+    and the norm has no ex2 at all."""
+    fused_facts = [f for name, f in sm90_ptx_facts.items() if name.startswith("fused")]
+    assert len(fused_facts) == 6
+    for f in fused_facts:
+        assert f["div_rn"] > 0 and f["div_inexact"] == 0 and f["rint_add"] > 0, f
+        assert f["ftz"] == f["ex2_ftz"], f
+        if "/rms_norm/" in f["name"]:
+            assert f["sqrt_rn"] > 0 and f["sqrt_inexact"] == 0 and f["ex2"] == 0, f
+        else:
+            assert f["ex2"] > 0 and f["sqrt_rn"] == 0, f
 
 
 def test_sm90_scaled_mm_ptx(sm90_ptx_facts):

@@ -6,7 +6,10 @@ interpreter: ``TRITON_INTERPRET=1`` must be set before this package is imported.
 
 * ``quant.py``     - ``quantize_per_token``, ``quantize_static`` (bit-identical to the reference)
 * ``scaled_mm.py`` - ``scaled_mm`` and its tile-config table ``SCALED_MM_CONFIGS``
+* ``fused_quant.py`` - ``rms_norm_quant`` (with or without the residual add) and
+  ``silu_mul_quant``: the per-token quantizer behind RMSNorm / SiLU(gate) * up
 """
+from w8a8.triton.fused_quant import rms_norm_quant, silu_mul_quant
 from w8a8.triton.quant import (
     PerTokenConfig,
     StaticConfig,
@@ -35,8 +38,10 @@ __all__ = [
     "quantize_per_token_out",
     "quantize_static",
     "quantize_static_out",
+    "rms_norm_quant",
     "scaled_mm",
     "scaled_mm_out",
     "select_config",
+    "silu_mul_quant",
     "static_config",
 ]

@@ -26,6 +26,8 @@ Exactness notes, shared by both kernels:
   byte is the int8 code (bits of n + 1.5 * 2**23 are 0x4B400000 + n).
 * Non-finite values are detected with ``|x| <= FLT_MAX`` (false for Inf and NaN),
   never through ``tl.max``, whose NaN propagation is unspecified.
+* The device helpers below (``_rint``, ``_row_stats``, ``_accumulate_stats``,
+  ``_row_scales``, ``_quantize_rows``) are also the quantizer of ``fused_quant.py``.
 * Compiled offline for sm_90 with Triton 3.6 and 3.9, ``div_rn`` is ``div.rn.f32``
   (no ``.ftz``: subnormals are kept, as in the reference) and the rint constant
   survives as an ``add.f32`` (two in the static kernel); tests/test_triton_kernels.py
@@ -76,6 +78,27 @@ def _row_stats(xf):
 
 
 @triton.jit
+def _accumulate_stats(amax, bad, xf):
+    """``_row_stats`` kept per element across tiles: the running max of finite |x| and
+    whether any Inf/NaN was seen (int1), reduced over the row once at the end."""
+    ax = tl.abs(xf)
+    finite = ax <= _FLT_MAX  # False for Inf and NaN
+    return tl.maximum(amax, tl.where(finite, ax, 0.0)), bad | ~finite
+
+
+@triton.jit
+def _row_scales(amax, bad):
+    """From a row's (amax, bad): (the scale to store: NaN for a row holding Inf/NaN,
+    the divisor to quantize with: 1 where the row is not quantizable, quantizable)."""
+    scale = tl.math.div_rn(amax, _SYMMETRIC_QMAX)
+    quantizable = (bad == 0) & (amax > 0.0)
+    safe_scale = tl.where(quantizable, scale, 1.0)
+    # inf - inf is NaN. (A NaN global constexpr breaks Triton 3.6's check that globals are
+    # unchanged since compilation: NaN != NaN.)
+    return tl.where(bad != 0, _INF - _INF, scale), safe_scale, quantizable
+
+
+@triton.jit
 def _quantize_rows(xf, safe_scale, quantizable):
     """int8 codes of a [ROWS, BLOCK] tile; rows that are not quantizable give 0."""
     y = tl.math.div_rn(xf, safe_scale[:, None])  # |y| <= 127 (+ rounding) on quantizable rows
@@ -103,10 +126,7 @@ def _stream_row_stats(x_rows, row_in, cols, K, ROWS: tl.constexpr, BLOCK_K: tl.c
     bad = tl.zeros([ROWS, BLOCK_K], dtype=tl.int1)
     for k0 in range(0, K, BLOCK_K):
         mask = row_in[:, None] & (cols + k0 < K)
-        ax = tl.abs(tl.load(x_rows + k0 + cols, mask=mask, other=0.0).to(tl.float32))
-        finite = ax <= _FLT_MAX  # False for Inf and NaN
-        amax = tl.maximum(amax, tl.where(finite, ax, 0.0))
-        bad = bad | ~finite
+        amax, bad = _accumulate_stats(amax, bad, tl.load(x_rows + k0 + cols, mask=mask, other=0.0).to(tl.float32))
     return tl.max(amax, axis=1), tl.max(bad.to(tl.int32), axis=1)
 
 
@@ -160,12 +180,8 @@ def _quantize_per_token_kernel(
     else:
         amax, bad = _stream_row_stats(x_rows, row_in, cols, K, ROWS, BLOCK_K)
 
-    scale = tl.math.div_rn(amax, _SYMMETRIC_QMAX)
-    quantizable = (bad == 0) & (amax > 0.0)
-    safe_scale = tl.where(quantizable, scale, 1.0)
-    # inf - inf is NaN. (A NaN global constexpr breaks Triton 3.6's check that globals are
-    # unchanged since compilation: NaN != NaN.)
-    tl.store(scale_ptr + rows, tl.where(bad != 0, _INF - _INF, scale), mask=row_in)
+    scale, safe_scale, quantizable = _row_scales(amax, bad)
+    tl.store(scale_ptr + rows, scale, mask=row_in)
 
     if SINGLE_PASS:
         tl.store(q_rows + cols, _quantize_rows(xf, safe_scale, quantizable), mask=mask)
