@@ -19,6 +19,9 @@ def test_backend_names():
         "scaled_mm": ("sm90", "sm80", "triton", "reference"),
         "quantize_per_token": ("triton", "cuda", "reference"),
         "quantize_static": ("triton", "cuda", "reference"),
+        "rms_norm_quant": ("triton", "reference"),
+        "add_rms_norm_quant": ("triton", "reference"),
+        "silu_mul_quant": ("triton", "reference"),
     }
     assert w8a8.BACKENDS is dispatch.BACKENDS
 

@@ -12,18 +12,22 @@ from w8a8.dispatch import BACKENDS
 from w8a8.calibrate import calibrate, llama_mappings, smooth
 from w8a8.checkpoint import CheckpointError, from_pretrained, load_quantized, save_quantized
 from w8a8.config import W8A8Config
-from w8a8.linear import W8A8Linear
+from w8a8.fuse import FusionReport, fuse_model, unfuse_model
+from w8a8.linear import QuantizedActivation, W8A8Linear
 from w8a8.ops import linear, quantize_per_token, quantize_static, rms_norm_quant, scaled_mm, silu_mul_quant
 from w8a8.quantize_model import QuantizationReport, quantize_model
 
 __all__ = [
     "BACKENDS",
     "CheckpointError",
+    "FusionReport",
     "QuantizationReport",
+    "QuantizedActivation",
     "W8A8Config",
     "W8A8Linear",
     "calibrate",
     "from_pretrained",
+    "fuse_model",
     "linear",
     "llama_mappings",
     "load_quantized",
@@ -35,4 +39,5 @@ __all__ = [
     "scaled_mm",
     "silu_mul_quant",
     "smooth",
+    "unfuse_model",
 ]

@@ -56,6 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, default=None, help="model suite: decoder layers (default 4; tiny: 2)")
     p.add_argument("--size", choices=("llama3-8b", "tiny"), default=None,
                    help="model suite: widths (default llama3-8b on CUDA, tiny on the CPU)")
+    p.add_argument("--modes", default=None, help="model suite: comma list of eager, compile (default: both)")
     p.add_argument("--variants", default=None,
                    help="model suite: comma list of w8a8, w8a8-unfused, w8a8-unmerged (default: w8a8)")
     p.add_argument("--out", default=None, help="folder for <suite>_<tag>.json (default: print only)")

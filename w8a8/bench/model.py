@@ -331,7 +331,8 @@ def main(args, device: torch.device, ceilings: dict) -> list[dict]:
 
     variants = tuple(args.variants.split(",")) if getattr(args, "variants", None) else DEFAULT_VARIANTS
     rows, described = run_suite(args.m or harness.DEFAULT_M, device, getattr(args, "size", None),
-                                getattr(args, "layers", None), variants=variants)
+                                getattr(args, "layers", None), variants=variants,
+                                modes=tuple(args.modes.split(",")) if getattr(args, "modes", None) else MODES)
     print(markdown_table(rows))
     unmatched = sorted({n for r in rows for n in (r.get("unmatched") or [])})
     if unmatched:
