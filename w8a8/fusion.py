@@ -33,7 +33,8 @@ What each compiled graph got is added to ``torch._dynamo.utils.counters["w8a8"]`
 ``COUNTER_KEYS``) and left in ``last_counts``; a graph served from Inductor's cache runs no
 pass and counts nothing.
 
-Opt-out: ``W8A8_INDUCTOR_FUSION=0`` in the environment makes ``install()`` do nothing.
+Opt-out: ``W8A8_INDUCTOR_FUSION=0`` in the environment makes ``install()`` do nothing and an
+installed pass leave the graphs it is given unchanged (read at each compile).
 """
 from __future__ import annotations
 
@@ -602,10 +603,11 @@ def _pass_class():
             def __call__(self, graph: fx.Graph) -> None:
                 if self.before is not None:
                     self.before(graph)
-                fuse(graph)
+                if enabled():
+                    fuse(graph)
 
-            def uuid(self) -> str | None:
-                ours = "w8a8.fusion:" + _source_hash()
+            def uuid(self) -> str | None:  # the switch is part of it: a graph cached with the pass off is not reused with it on
+                ours = f"w8a8.fusion:{_source_hash()}:{int(enabled())}"
                 if self.before is None:
                     return ours
                 theirs = self.before.uuid() if isinstance(self.before, CustomGraphPass) else None
@@ -622,6 +624,11 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def enabled() -> bool:
+    """Whether the pass rewrites graphs: ``W8A8_INDUCTOR_FUSION`` is not ``0`` (read at each compile)."""
+    return os.environ.get(ENV_VAR, "1").strip() != "0"
+
+
 def install() -> bool:
     """Add the pass to ``torch._inductor.config.post_grad_custom_post_pass``, after any pass
     already set there (both run). Idempotent. Returns whether the pass is installed: False
@@ -631,7 +638,7 @@ def install() -> bool:
     removal, its pattern rewrites), so it walks a normalised graph and nothing rewrites the
     w8a8 nodes it inserts before lowering.
     """
-    if os.environ.get(ENV_VAR, "1").strip() == "0":
+    if not enabled():
         return False
     from torch._inductor import config, custom_graph_pass
 

@@ -314,11 +314,12 @@ def test_install_idempotent_composes_and_opts_out(monkeypatch):
         assert fusion.install() and fusion.install()
         passes = inductor_config.post_grad_custom_post_pass
         assert passes[0] is theirs and len(passes) == 2 and isinstance(passes[1], fusion.FusionPass)
-        assert passes[1].uuid() == "w8a8.fusion:" + get_hash_for_files((fusion.__file__,)).hex()
+        assert passes[1].uuid() == "w8a8.fusion:" + get_hash_for_files((fusion.__file__,)).hex() + ":1"
     monkeypatch.setenv(fusion.ENV_VAR, "0")
     with inductor_config.patch(post_grad_custom_post_pass=None):
         assert not fusion.install()
         assert inductor_config.post_grad_custom_post_pass is None
+    assert fusion.FusionPass().uuid().endswith(":0")  # an installed pass, switched off, has its own cache key
 
 
 def test_import_leaves_inductor_unimported():
