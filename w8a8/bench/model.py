@@ -249,10 +249,14 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def _graph_pass(on: bool) -> None:
-    """Turn w8a8's Inductor graph pass on or off for the next compile (W8A8_INDUCTOR_FUSION)."""
+    """Turn w8a8's Inductor graph pass on (installed) or off for the next compile (W8A8_INDUCTOR_FUSION)."""
     import os
 
+    from w8a8 import fusion
+
     os.environ["W8A8_INDUCTOR_FUSION"] = "1" if on else "0"
+    if on:
+        fusion.install()
 
 
 def run_suite(tokens: list[int], device: torch.device, size: str | None = None, layers: int | None = None,
@@ -297,9 +301,12 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
         keywords, graph_pass = VARIANTS[impl]
         q_model = copy.deepcopy(bf16_model)
         report = w8a8.quantize_model(q_model, skip=("lm_head",), progress=False, **keywords)
-        if report.fusion is not None:
-            fusion[impl] = report.fusion.summary()
+        from torch._dynamo.utils import counters
+
+        counters["w8a8"].clear()
         run(impl, q_model, graph_pass)
+        fusion[impl] = {"eager": None if report.fusion is None else report.fusion.summary(),
+                        "graph_pass": dict(counters["w8a8"])}  # summed over the variant's compiled graphs
         del q_model
     _graph_pass(True)
     rows = []
