@@ -355,3 +355,14 @@ def test_triton_helpers_round_bf16_like_torch_and_exp_within_an_ulp():
     _, exp = run(v)
     exact = torch.exp(v.cpu().double()).float()  # correctly rounded (but for double rounding, ~2**-29)
     assert_ulp_close(exp.cpu(), exact, max_ulp=1 if device == "cpu" else 4)
+
+
+def test_fused_launch_shapes():
+    """The measured rules of quant_configs.fused_config (the kernels' tests run every branch)."""
+    from w8a8.triton.quant_configs import PerTokenConfig, fused_config, per_token_config
+
+    assert fused_config(4096, 16) == PerTokenConfig(4096, 1, True, 16)
+    assert fused_config(4096, 2048) == PerTokenConfig(4096, 1, True, 8)
+    assert fused_config(14336, 64) == PerTokenConfig(16384, 1, True, 32)
+    assert fused_config(14336, 2048) == per_token_config(14336)
+    assert fused_config(1000, 3) == per_token_config(1000)

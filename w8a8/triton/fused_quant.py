@@ -12,12 +12,12 @@ below; their tests are ``tests/test_fused_quant.py``. The math is ``w8a8.referen
     p      = dt(dt(silu(gate)) * up),    silu(g) = div_rn(g, 1 + exp(-g))
     codes, scales = quantize_per_token(normed or p)        (quant.py's helpers)
 
-Plan: per-row programs with ``quant_configs.per_token_config(K)``'s launch shape (the
-per-token quantizer's; not measured separately for these kernels): up to 8192 columns
-a row stays in registers (short rows packed several per program); longer rows stream in
-2048-wide tiles, the norm in three passes (sum of squares and ``sum``; normed and its
-row stats; codes), SiLU-mul in two (p and its stats; codes), recomputing instead of
-reading back what the program wrote.
+Plan: per-row programs with ``quant_configs.fused_config(K, rows)``'s launch shape (measured
+for these kernels; the shapes and figures are there): rows up to 8192 columns (16384 with up
+to 1024 rows) stay in registers, short rows packed several per program; longer rows stream in
+2048-wide tiles, the norm in three passes (sum of squares and ``sum``; normed and its row
+stats; codes), SiLU-mul in two (p and its stats; codes), recomputing instead of reading back
+what the program wrote.
 
 Exactness:
 
@@ -58,7 +58,7 @@ from w8a8.triton.quant import (
     _row_scales,
     _row_stats,
 )
-from w8a8.triton.quant_configs import per_token_config
+from w8a8.triton.quant_configs import fused_config
 
 _LOG2E = tl.constexpr(1.4426950408889634)
 # ln 2 in two parts: the high part has 15 significant bits, so n * _LN2_HI is exact for
@@ -302,7 +302,7 @@ def rms_norm_quant(
         x2 = _as_rows(x)
         r2 = _as_rows(residual) if residual is not None else x2
         rows = x2.shape[0]
-        cfg = per_token_config(k)
+        cfg = fused_config(k, rows)
         with launching(x2):
             _rms_norm_quant_kernel[(triton.cdiv(rows, cfg.rows),)](
                 x2, r2, weight, q, scale, normed, total if total is not None else normed,
@@ -337,7 +337,7 @@ def silu_mul_quant(
         f = gate.shape[-1]
         g2, u2 = _as_rows(gate), _as_rows(up)
         rows = g2.shape[0]
-        cfg = per_token_config(f)
+        cfg = fused_config(f, rows)
         with launching(g2):
             _silu_mul_quant_kernel[(triton.cdiv(rows, cfg.rows),)](
                 g2, u2, q, scale, product if product is not None else q, rows, f, g2.stride(0), u2.stride(0),

@@ -65,6 +65,36 @@ def per_token_config(k: int) -> PerTokenConfig:
     return PerTokenConfig(PER_TOKEN_STREAM_BLOCK_K, 1, False, PER_TOKEN_STREAM_WARPS)
 
 
+# The fused producer kernels (fused_quant.py) compute more per element than the quantizer
+# (the norm or SiLU, two roundings, IEEE divisions), so their shapes are their own. Measured
+# on the H100 (python benchmarks/bench_fused_quant.py, bf16, K = 4096 with the residual add,
+# F = 14336 from the halves of a [M, 28672] GEMM output; every shape there, CUDA-graph medians):
+# * K <= 8192 stays in registers (one row per program); 16 warps up to FUSED_FEW_ROWS rows
+#   (3.5-4.1 us at M = 1..128; 4 warps: 4.8 at M = 1), 8 above (8.2 us at M = 512, 31.0 at
+#   2048, 106.3 at 8192: within 1% of the best shape there).
+# * F = 14336 up to FUSED_SINGLE_PASS_ROWS rows: the row in registers over 32 warps
+#   (9.5-9.7 us at M = 1..128 against 10.4-10.9 with 16; 35.6 at 512 against 37.1 for the
+#   two-pass loop); above, the quantizer's two-pass loop (134.0 us at 2048, 505.0 at 8192:
+#   the best shape within 0.3%).
+FUSED_FEW_ROWS = 264  # two programs per SM of an H100 (132 SMs)
+FUSED_SINGLE_PASS_ROWS = 1024
+FUSED_MAX_SINGLE_PASS_K = 16384
+
+
+@functools.lru_cache(maxsize=None)
+def fused_config(k: int, rows: int) -> PerTokenConfig:
+    """The launch config of the fused kernels for ``rows`` rows of ``k`` elements (measured above);
+    rows shorter than 2048 are packed as the quantizer packs them (``per_token_config``)."""
+    if k < 2048:
+        return per_token_config(k)
+    block_k = triton.next_power_of_2(k)
+    if k <= PER_TOKEN_MAX_SINGLE_PASS_K:
+        return PerTokenConfig(block_k, 1, True, 16 if rows <= FUSED_FEW_ROWS else 8)
+    if k <= FUSED_MAX_SINGLE_PASS_K and rows <= FUSED_SINGLE_PASS_ROWS:
+        return PerTokenConfig(block_k, 1, True, 32)
+    return per_token_config(k)
+
+
 @dataclasses.dataclass(frozen=True)
 class StaticConfig:
     """Launch shape of the static (per-tensor) kernel: a [rows, block_k] tile per program."""
