@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 
 import torch
 import triton
@@ -98,8 +97,9 @@ def main() -> None:
             print(f"{op:24s} M={m:5d}  pick {pick_shape} {times[pick_shape]:8.2f} us   best {best} {times[best]:8.2f} us"
                   f"   quantizer alone {base:7.2f} us")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "rows": rows_out}, f, indent=1)
+        from w8a8.bench import harness
+
+        harness.write_results(args.out, rows_out, {}, {"kind": "fused_quant_sweep", "timing": "do_bench_cudagraph median"})
 
 
 if __name__ == "__main__":

@@ -40,6 +40,14 @@ SOURCES = {
     "sm80_h100.json": ("sm80 forced, M = 1..512, 4 shapes", "python -m w8a8 bench --out benchmarks/results --suites sm80 --tag h100"),
     "scaled_mm_sm80_h100.json": ("sm80 vs sm90 and `torch._int_mm`", f"{_MM} --backends int_mm,sm90,sm80 --shapes "
                                  "8192x8192,4096x4096,28672x4096,4096x14336 --m 1,16,128,512,2048,8192 --tag sm80_h100"),
+    "model_h100.json": ("transformers Llama at Llama-3-8B widths (4 layers, bf16 lm_head): bf16, w8a8 (fused), "
+                        "w8a8-unfused; eager and compiled",
+                        "python -m w8a8 bench --out benchmarks/results --suites model --variants w8a8,w8a8-unfused --tag h100"),
+    "model_merge_h100.json": ("the same model in eager: merged sibling GEMMs against separate ones (w8a8-unmerged)",
+                              "python -m w8a8 bench --out benchmarks/results --suites model --modes eager "
+                              "--variants w8a8,w8a8-unfused,w8a8-unmerged --tag merge_h100"),
+    "fused_quant_sweep_h100.json": ("launch shapes of the fused norm / SiLU-and-mul quantizers",
+                                    "python benchmarks/bench_fused_quant.py --out benchmarks/results/fused_quant_sweep_h100.json"),
     "tp_mlp_h200x2.json": ("tensor-parallel MLP block, 2 GPUs", "NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 "
                            "python -m w8a8.bench.tp --out benchmarks/results --tag h200x2"),
 }
@@ -171,6 +179,20 @@ def tp_table() -> list[str]:
     return _table(["MLP block, TP = 2", "M", "us", "x bf16", "weight TB/s per GPU", "TOP/s per GPU"], body)
 
 
+def model_table(mode: str) -> list[str]:
+    """The model suite: GPU time per forward (profiler kernel sums), x bf16 and the fraction of the bound."""
+    rows = load("model_h100.json")["rows"]
+    at = {(r["impl"], r["mode"], r["M"]): r for r in rows}
+    out = []
+    for m in sorted({r["M"] for r in rows}):
+        b, q, u = at["bf16", mode, m], at["w8a8", mode, m], at["w8a8-unfused", mode, m]
+        out.append([str(m), f"{b['us'] / 1e3:.3f}", f"{q['us'] / 1e3:.3f}", f"{q['x_bf16']:.2f}", f"{q['bound_x']:.2f}",
+                    f"{q['pct_of_bound']:.1f}%", f"{q['quant_launches']} + {q['fused_quant_launches']} fused",
+                    f"{u['x_bf16']:.2f} ({u['pct_of_bound']:.0f}%)"])
+    return _table(["tokens", "bf16 ms", "w8a8 ms", "x bf16", "bound x", "% of bound", "quantizers",
+                   "unfused x bf16 (% of bound)"], out)
+
+
 def bf16_spread() -> tuple[float, float]:
     """Median and largest relative spread of bf16 `F.linear` at one point timed in several H100 files."""
     times = {}
@@ -218,8 +240,34 @@ def render_markdown(plots: bool = True) -> str:
         f"- Kernel geomean over the grid: sm90 {_x(kern, 'w8a8 sm90'):.2f}x bf16, Triton {_x(kern, 'w8a8 triton'):.2f}x.",
         f"- `W8A8Linear` end to end: sm90 {_x(lin, 'W8A8Linear sm90'):.2f}x bf16 (min {lin_min:.2f}), "
         f"Triton {_x(lin, 'W8A8Linear triton'):.2f}x.",
+        *[f"- transformers Llama at Llama-3-8B widths (4 layers), {mode}: {lo['x_bf16']:.2f}-{hi['x_bf16']:.2f}x bf16 "
+          f"per forward over 1..8192 tokens, {min(pct):.1f}-{max(pct):.1f}% of the 2x-projection bound "
+          f"(unfused: {ulo['x_bf16']:.2f}-{uhi['x_bf16']:.2f}x)."
+          for mode in ("eager", "compile")
+          for q in [[r for r in load("model_h100.json")["rows"] if r["impl"] == "w8a8" and r["mode"] == mode]]
+          for u in [[r for r in load("model_h100.json")["rows"] if r["impl"] == "w8a8-unfused" and r["mode"] == mode]]
+          for lo, hi, ulo, uhi, pct in [(min(q, key=lambda r: r["x_bf16"]), max(q, key=lambda r: r["x_bf16"]),
+                                         min(u, key=lambda r: r["x_bf16"]), max(u, key=lambda r: r["x_bf16"]),
+                                         [r["pct_of_bound"] for r in q])]],
         f"- Decode step (4 blocks, batch 1, CUDA graph): {graph['x_bf16']:.2f}x bf16. Tensor-parallel MLP block "
         f"(2x H200): {tp[1]:.2f}x at M = 1, {tp[2048]:.2f}x at M = 2048.",
+        *_h("Model: transformers Llama at Llama-3-8B widths"),
+        "`LlamaForCausalLM` (hidden 4096, ffn 14336, 32 heads, 8 KV heads, vocab 128256), 4 decoder layers, random "
+        "weights, lm_head kept bf16, batch 1, no cache; `quantize_model` as a user calls it (fused: shared and "
+        "producer-fused quantization, merged q/k/v and gate/up) beside `fuse=False` (unfused). GPU time per forward: "
+        "the sum of the kernel times `torch.profiler` records (median of 5 forwards). The bound: every quantized "
+        "projection at exactly 2x its bf16 GEMM time, nothing else changed (from the bf16 run's own profile). "
+        "Compiled: `torch.compile(model)` with w8a8's graph pass. Quantizers: standalone launches per forward "
+        "(one per o_proj) + fused ones (norms, SiLU-and-mul).",
+        "",
+        "Eager:",
+        "",
+        *model_table("eager"),
+        "",
+        "Compiled:",
+        "",
+        *model_table("compile"),
+        *(["", "![model speed-ups](model_h100.png)"] if plots else []),
         *_h("Kernel: `scaled_mm`, int8 activations in (x bf16)"),
         *m_table(kern, "w8a8 sm90"),
         "",
@@ -281,6 +329,19 @@ def _plots() -> None:
         axes[0][0].legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(DOCS / name, dpi=80)
+    model = load("model_h100.json")["rows"]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for impl, mode, style in (("w8a8", "eager", "o-"), ("w8a8", "compile", "s-"),
+                              ("w8a8-unfused", "eager", "o:"), ("w8a8-unfused", "compile", "s:")):
+        pts = sorted((r["M"], r["pct_of_bound"]) for r in model if r["impl"] == impl and r["mode"] == mode)
+        ax.plot(*zip(*pts), style, label=f"{impl}, {mode}")
+    ax.axhline(100, color="gray", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="tokens per forward", ylabel="% of the 2x-projection bound",
+           title="transformers Llama, Llama-3-8B widths, 4 layers, H100")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(DOCS / "model_h100.png", dpi=80)
     fig, ax = plt.subplots(figsize=(8, 5))
     for impl in PEERS:
         ax.scatter(*zip(*[(r["M"], r["pct_of_bound"]) for r in kern if r["impl"] == impl]), label=impl, s=14)
