@@ -194,6 +194,7 @@ def test_a_plain_module_is_fused_at_its_first_forward(device):
     with torch.inference_mode():
         torch.testing.assert_close(fused(x), plain(x), rtol=0, atol=0)  # the recorded forward
         assert fused.left._w8a8_group is fused.right._w8a8_group
+        assert fused.w8a8_fusion.groups == [["left", "right"]] and fused.w8a8_fusion.merged == [["left", "right"]]
         with _Count() as count:
             got = fused(x)
         torch.testing.assert_close(got, plain(x), rtol=0, atol=0)

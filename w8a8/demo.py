@@ -38,23 +38,44 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
 
 
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, size: DemoSize) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(size.hidden, size.ffn, bias=False)
+        self.up_proj = nn.Linear(size.hidden, size.ffn, bias=False)
+        self.down_proj = nn.Linear(size.ffn, size.hidden, bias=False)
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
 class Block(nn.Module):
-    """Pre-norm block: a token-local 'attention' projection pair and a SwiGLU MLP (no attention math)."""
+    """Pre-norm block: a token-local 'attention' (q/k/v, a gate, o; no attention math) and a SwiGLU MLP.
+
+    Written as a float model; ``quantize_model`` finds what to fuse at its first forward:
+    q/k/v read one normed activation (one quantization, one merged GEMM, the quantization
+    done by norm1), gate/up likewise after norm2, and the MLP's SiLU-and-mul quantizes the
+    product that down_proj reads.
+    """
 
     def __init__(self, size: DemoSize) -> None:
         super().__init__()
         self.norm1 = RMSNorm(size.hidden)
-        self.qkv_proj = nn.Linear(size.hidden, 3 * size.hidden, bias=False)
+        self.q_proj = nn.Linear(size.hidden, size.hidden, bias=False)
+        self.k_proj = nn.Linear(size.hidden, size.hidden, bias=False)
+        self.v_proj = nn.Linear(size.hidden, size.hidden, bias=False)
         self.o_proj = nn.Linear(size.hidden, size.hidden, bias=False)
         self.norm2 = RMSNorm(size.hidden)
-        self.gate_up_proj = nn.Linear(size.hidden, 2 * size.ffn, bias=False)
-        self.down_proj = nn.Linear(size.ffn, size.hidden, bias=False)
+        self.mlp = MLP(size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = self.qkv_proj(self.norm1(x)).chunk(3, dim=-1)
+        h = self.norm1(x)
+        q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(h)
         x = x + self.o_proj(v * torch.sigmoid(q * k))
-        gate, up = self.gate_up_proj(self.norm2(x)).chunk(2, dim=-1)
-        return x + self.down_proj(nn.functional.silu(gate) * up)
+        return x + self.mlp(self.norm2(x))
 
 
 class TinyDecoder(nn.Module):
@@ -101,6 +122,7 @@ def run(device: str | None = None, repeats: int = 5, seed: int = 0) -> dict:
     x = torch.randn(size.tokens, size.hidden, device=dev, dtype=dtype)
     with torch.inference_mode():
         ref = model(x).float()
+        qmodel(x)  # the first forward: w8a8.fuse records what to fuse (shared and fused quantization, merged GEMMs)
         out = qmodel(x).float()
         rel_err = ((out - ref).norm() / ref.norm()).item()
         cos = nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0).item()
@@ -109,6 +131,7 @@ def run(device: str | None = None, repeats: int = 5, seed: int = 0) -> dict:
     print(f"device {dev} ({torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'CPU'}), {dtype}")
     print(f"model: {size.layers} blocks, hidden {size.hidden}, ffn {size.ffn}, {size.tokens} tokens")
     print(report.summary())
+    print("fusion:", qmodel.w8a8_fusion.summary())
     print(f"scaled_mm kernels: {backend}")
     print(f"output error vs float model: relative L2 {rel_err:.4f}, cosine {cos:.5f}")
     print(f"time per forward (median of {repeats}): float {t_float:.2f} ms, w8a8 {t_int8:.2f} ms "

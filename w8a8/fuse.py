@@ -434,6 +434,7 @@ def unfuse_model(model: nn.Module) -> None:
         if isinstance(m, W8A8Linear):
             m.clear_group()
     model.__dict__.pop("_w8a8_armed", None)
+    model.__dict__.pop("w8a8_fusion", None)
 
 
 def fuse_model(model: nn.Module, *example_args, merge: bool = True, **example_kwargs) -> FusionReport | None:
@@ -442,7 +443,8 @@ def fuse_model(model: nn.Module, *example_args, merge: bool = True, **example_kw
     With example inputs: one forward of ``model`` on them is recorded now (under
     ``torch.inference_mode``; its output is discarded). Without: the model's next eager
     forward (not one being compiled or captured) is recorded and the fusion applies from
-    the one after (returns None). See the module docstring for what is found and how.
+    the one after (returns None). The FusionReport is also left in ``model.w8a8_fusion``.
+    See the module docstring for what is found and how.
     """
     unfuse_model(model)
     if example_args or example_kwargs:
@@ -452,7 +454,8 @@ def fuse_model(model: nn.Module, *example_args, merge: bool = True, **example_kw
                 model(*example_args, **example_kwargs)
         finally:
             rec.remove()
-        return _plan(model, rec, merge)
+        model.w8a8_fusion = _plan(model, rec, merge)
+        return model.w8a8_fusion
     model._w8a8_armed = merge
     if "_w8a8_hooked" not in model.__dict__:  # module-level functions: deepcopy and pickle keep working
         model.register_forward_pre_hook(_record_next_pre)
@@ -480,7 +483,7 @@ def _record_next_post(module: nn.Module, args, output) -> None:
         return
     rec.remove()
     merge = module.__dict__.pop("_w8a8_armed")
-    _plan(module, rec, merge)
+    module.w8a8_fusion = _plan(module, rec, merge)
 
 
 def probe_inputs(model: nn.Module) -> dict | None:
