@@ -412,7 +412,7 @@ def _plan(model: nn.Module, rec: _Recorder, merge: bool) -> FusionReport:
             continue
         children = list(mlp.children())
         f = g.members[0].out_features
-        downs = [c for c in children if isinstance(c, W8A8Linear) and c not in g.members and c.in_features == f
+        downs = [c for c in children if type(c) is W8A8Linear and c not in g.members and c.in_features == f
                  and c.act_quant == "dynamic" and c.input_zero_point is None and getattr(c, "_w8a8_group", None) is None]
         if not all(m in children for m in g.members) or g.members[1].out_features != f or len(downs) != 1:
             continue

@@ -280,3 +280,23 @@ def test_plan_refusals(one_rank_group):
         shard_model(model, {"down_proj": Rowwise(), "o_proj": Rowwise(reduce="bf16")})
     assert type(model.down_proj) is w8a8.W8A8Linear
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_shard_model_unfuses_first(one_rank_group):
+    """A fused model's groups and fused producers refer to the layers shard_model replaces:
+    it undoes them, and the sharded model computes with its shards."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                                   head_dim=16, vocab_size=128, num_hidden_layers=1, use_cache=False)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    w8a8.quantize_model(model, progress=False, report=False)
+    ids = torch.arange(6).reshape(1, 6)
+    with torch.inference_mode():
+        want = model(input_ids=ids).logits  # recorded: fused from here on
+    assert "_w8a8_mlp" in model.model.layers[0].mlp.__dict__
+    shard_model(model, llama_plan(model))
+    assert not any(k in m.__dict__ for m in model.modules() for k in ("_w8a8_mlp", "_w8a8_norm", "_w8a8_group"))
+    assert isinstance(model.model.layers[0].mlp.down_proj, RowParallelW8A8Linear)
+    with torch.inference_mode():
+        torch.testing.assert_close(model(input_ids=ids).logits, want, rtol=0, atol=0)
