@@ -88,8 +88,9 @@ def test_include_and_filter_fn_reasons():
         return not name.endswith("down_proj")
 
     r = w8a8.quantize_model(model, W8A8Config(include=["blocks.0.*", "lm_head"], filter_fn=keep), progress=False)
-    assert r.replaced == ["blocks.0.qkv_proj", "blocks.0.o_proj", "blocks.0.gate_up_proj"]
-    assert [n for _, n in seen] == [*r.replaced, "blocks.0.down_proj"]  # the Linears left after skip / include
+    assert r.replaced == ["blocks.0.q_proj", "blocks.0.k_proj", "blocks.0.v_proj", "blocks.0.o_proj",
+                          "blocks.0.mlp.gate_proj", "blocks.0.mlp.up_proj"]
+    assert [n for _, n in seen] == [*r.replaced, "blocks.0.mlp.down_proj"]  # the Linears left after skip / include
     assert all(t is nn.Linear for t, _ in seen)
     assert r.skipped["lm_head"] == "matches skip"  # skip wins over include
     assert any(why == "matches no include pattern" for why in r.skipped.values())
