@@ -284,3 +284,74 @@ def test_cuda_graph_capture_and_replay_with_changed_inputs():
             graph.replay()
             want = plain(input_ids=static).logits
             assert (out.float() - want.float()).norm() <= 2e-2 * want.float().norm()
+
+
+class _Norm(nn.Module):
+    """RMSNorm-like by its name and attributes; ``offset`` makes it Gemma's (1 + weight)."""
+
+    def __init__(self, dim, offset=0.0):
+        super().__init__()
+        self.weight, self.eps, self.offset = nn.Parameter(torch.rand(dim) + 0.5), 1e-6, offset
+
+    def forward(self, x):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight.float() + self.offset).to(x.dtype) * h.to(x.dtype) if self.offset else self.weight * h.to(x.dtype)
+
+
+_Norm.__name__ = "ToyRMSNorm"
+
+
+class _NormedPair(nn.Module):
+    def __init__(self, offset=0.0):
+        super().__init__()
+        self.norm, self.a, self.b = _Norm(32, offset), nn.Linear(32, 16), nn.Linear(32, 16)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.a(h) + self.b(h) + self.a(x)  # self.a runs twice: it cannot be in a group
+
+
+def test_what_is_left_alone():
+    """A layer called twice per forward, a norm whose math differs (Gemma's 1 + weight), static layers."""
+    torch.manual_seed(0)
+    for offset in (0.0, 1.0):
+        m = _NormedPair(offset).eval()
+        plain = copy.deepcopy(m)
+        w8a8.quantize_model(plain, progress=False, skip=(), fuse=False)
+        w8a8.quantize_model(m, progress=False, skip=(), fuse=False)
+        report = fuse.fuse_model(m, torch.randn(3, 32))
+        # a runs twice, so h's readers form no group, and the norm feeds none
+        assert report.groups == [] and report.norms == [] and report.mlps == []
+        x = torch.randn(5, 32)
+        with torch.inference_mode():
+            torch.testing.assert_close(m(x), plain(x), rtol=0, atol=0)
+    torch.manual_seed(0)
+    m = TwoOnOne().eval()
+    calib = {n: 0.05 for n in ("left", "right", "out")}
+    w8a8.quantize_model(m, progress=False, skip=(), act_quant="static", input_scales=calib)
+    report = fuse.fuse_model(m, torch.randn(2, 32))
+    assert report.groups == []
+
+
+def test_a_norm_feeding_a_group_is_fused_only_when_its_math_is_ours():
+    class Pair(nn.Module):
+        def __init__(self, offset):
+            super().__init__()
+            self.norm, self.a, self.b = _Norm(32, offset), nn.Linear(32, 16), nn.Linear(32, 24)
+
+        def forward(self, x):
+            h = self.norm(x)
+            return torch.cat([self.a(h), self.b(h)], -1)
+
+    for offset, fused_norms in ((0.0, ["norm"]), (1.0, [])):
+        torch.manual_seed(0)
+        m = Pair(offset).eval()
+        plain = copy.deepcopy(m)
+        w8a8.quantize_model(plain, progress=False, skip=(), fuse=False)
+        w8a8.quantize_model(m, progress=False, skip=(), fuse=False)
+        report = fuse.fuse_model(m, torch.randn(3, 32))
+        assert report.groups == [["a", "b"]] and report.norms == fused_norms
+        x = torch.randn(4, 32)
+        with torch.inference_mode():
+            torch.testing.assert_close(m(x), plain(x), rtol=0, atol=0)
