@@ -145,6 +145,19 @@ def test_casts_moves_and_assign_loads_rebuild_the_group():
     assert group.merged_valid()  # rebuilt at its first eager call
 
 
+def test_a_load_with_assign_drops_the_merged_tensors():
+    fused = _quantized(_tiny("llama"))
+    attn = fused.model.layers[0].self_attn
+    state = {k: v.clone() for k, v in fused.state_dict().items()}
+    fused.load_state_dict(state, assign=True)
+    assert attn.q_proj._w8a8_group.weight is None  # under compile the members run on their own until ...
+    ids = torch.arange(5).reshape(1, 5)
+    plain = _quantized(_tiny("llama"), fuse=False)
+    with torch.inference_mode():
+        torch.testing.assert_close(fused(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=0, atol=0)
+    assert attn.q_proj._w8a8_group.merged_valid()  # ... the next eager call merges them again
+
+
 def test_deepcopy_of_a_fused_model_is_independent():
     fused = _quantized(_tiny("llama"))
     twin = copy.deepcopy(fused)
@@ -355,3 +368,22 @@ def test_a_norm_feeding_a_group_is_fused_only_when_its_math_is_ours():
         x = torch.randn(4, 32)
         with torch.inference_mode():
             torch.testing.assert_close(m(x), plain(x), rtol=0, atol=0)
+
+
+def test_recording_keeps_no_activation_alive():
+    """A recorded forward (the first one, perhaps a long prefill) holds no activation: only an
+    empty tensor and two numbers per activation."""
+    import gc
+    import weakref
+
+    _, fused = _two_on_one()
+    rec = fuse._Recorder(fused)
+    x = torch.randn(64, 32)
+    with torch.inference_mode():
+        fused(x)
+    rec.remove()
+    assert all(t.numel() == 0 for t in rec.like.values()) and all(t.numel() == 2 for t in rec._prints.values())
+    ref = weakref.ref(x)
+    del x
+    gc.collect()
+    assert ref() is None

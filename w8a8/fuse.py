@@ -310,17 +310,30 @@ def _mlp_order(module: nn.Module, group: Group, down: W8A8Linear, like: torch.Te
 # --- discovery --------------------------------------------------------------------------------
 
 
+def _fingerprint(x: torch.Tensor) -> torch.Tensor:
+    """Two fp64 sums of x (plain and of squares), accumulated without a copy of x: what the
+    recording compares to see a tensor changed between two of its reads."""
+    return torch.stack([x.sum(dtype=torch.float64), torch.linalg.vector_norm(x, dtype=torch.float64)])
+
+
 class _Recorder:
-    """Hooks that note, for one forward, which tensor object each layer read or wrote."""
+    """Hooks that note, for one forward, which tensor object each layer read or wrote.
+
+    Tensors are told apart by identity while they live (an id with a weak reference, so a
+    dead tensor's id reused by a new one is a new tensor) and are never kept alive: a
+    recorded forward costs no more memory than the forward itself, plus two numbers per
+    activation to see one change between its reads.
+    """
 
     def __init__(self, model: nn.Module) -> None:
-        self.linear_calls: list[tuple[W8A8Linear, torch.Tensor]] = []
-        self.norm_out: dict[int, nn.Module] = {}
-        self.mlp_in: list[tuple[nn.Module, torch.Tensor]] = []
+        self.linear_calls: list[tuple[W8A8Linear, int]] = []  # (layer, key of its input) in call order
+        self.norm_out: dict[int, nn.Module] = {}  # key of an output -> the RMSNorm-like module that wrote it
+        self.mlp_in: list[tuple[nn.Module, int]] = []
+        self.like: dict[int, torch.Tensor] = {}  # key -> an empty tensor of its dtype and device
         self.calls: dict[int, int] = {}
-        self.first_copy: dict[int, torch.Tensor] = {}
         self.changed: set[int] = set()
-        self.keep: list = []
+        self._ids: dict[int, tuple[weakref.ref, int]] = {}
+        self._prints: dict[int, torch.Tensor] = {}
         self.handles = []
         for m in model.modules():
             if type(m) is W8A8Linear:  # subclasses (tensor-parallel shards) have forwards of their own
@@ -330,6 +343,15 @@ class _Recorder:
             elif any(_silu_like(c) for c in m.children()) and sum(isinstance(c, W8A8Linear) for c in m.children()) >= 3:
                 self.handles.append(m.register_forward_pre_hook(self._mlp))
 
+    def _key(self, x: torch.Tensor) -> int:
+        seen = self._ids.get(id(x))
+        if seen is not None and seen[0]() is x:
+            return seen[1]
+        key = len(self.like)
+        self._ids[id(x)] = (weakref.ref(x), key)
+        self.like[key] = x.new_empty(0)
+        return key
+
     def _count(self, m) -> None:
         self.calls[id(m)] = self.calls.get(id(m), 0) + 1
 
@@ -338,25 +360,23 @@ class _Recorder:
         x = args[0] if args else None
         if not isinstance(x, torch.Tensor):
             return
-        self.keep.append(x)
-        key = id(x)
-        if key not in self.first_copy:
-            self.first_copy[key] = x.detach().clone()
-        elif not torch.equal(self.first_copy[key], x):
+        key = self._key(x)
+        with torch.no_grad():
+            now = _fingerprint(x)
+        first = self._prints.setdefault(key, now)
+        if first is not now and not torch.allclose(first, now, rtol=0, atol=0, equal_nan=True):
             self.changed.add(key)
-        self.linear_calls.append((m, x))
+        self.linear_calls.append((m, key))
 
     def _norm(self, m, args, out) -> None:
         self._count(m)
         if isinstance(out, torch.Tensor):
-            self.keep.append(out)
-            self.norm_out[id(out)] = m
+            self.norm_out[self._key(out)] = m
 
     def _mlp(self, m, args) -> None:
         self._count(m)
         if args and isinstance(args[0], torch.Tensor):
-            self.keep.append(args[0])
-            self.mlp_in.append((m, args[0]))
+            self.mlp_in.append((m, self._key(args[0])))
 
     def remove(self) -> None:
         for h in self.handles:
@@ -380,10 +400,8 @@ class FusionReport:
 def _plan(model: nn.Module, rec: _Recorder, merge: bool) -> FusionReport:
     names = {id(m): n for n, m in model.named_modules()}
     buckets: dict[int, list[W8A8Linear]] = {}
-    source: dict[int, torch.Tensor] = {}
-    for m, x in rec.linear_calls:
-        buckets.setdefault(id(x), []).append(m)
-        source[id(x)] = x
+    for m, key in rec.linear_calls:
+        buckets.setdefault(key, []).append(m)
     groups: dict[int, Group] = {}
     report = FusionReport([], [], [], [])
     for key, members in buckets.items():
@@ -403,11 +421,11 @@ def _plan(model: nn.Module, rec: _Recorder, merge: bool) -> FusionReport:
         if norm is None or rec.calls[id(norm)] != 1:
             continue
         eps = _rms_eps(norm)
-        if _norm_matches(norm, eps, source[key].dtype):
+        if _norm_matches(norm, eps, rec.like[key].dtype):
             _install_norm(norm, eps, g)
             report.norms.append(names.get(id(norm), "?"))
-    for mlp, x in rec.mlp_in:
-        g = groups.get(id(x))
+    for mlp, key in rec.mlp_in:
+        g = groups.get(key)
         if g is None or rec.calls[id(mlp)] != 1 or len(g.members) != 2:
             continue
         children = list(mlp.children())
@@ -416,7 +434,7 @@ def _plan(model: nn.Module, rec: _Recorder, merge: bool) -> FusionReport:
                  and c.act_quant == "dynamic" and c.input_zero_point is None and getattr(c, "_w8a8_group", None) is None]
         if not all(m in children for m in g.members) or g.members[1].out_features != f or len(downs) != 1:
             continue
-        order = _mlp_order(mlp, g, downs[0], x)
+        order = _mlp_order(mlp, g, downs[0], rec.like[key])
         if order is not None:
             _install_mlp(mlp, g, downs[0], order)
             report.mlps.append(names.get(id(mlp), "?"))

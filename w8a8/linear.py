@@ -191,6 +191,9 @@ class W8A8Linear(nn.Module):
             error_msgs.extend(f"W8A8Linear: {p}" for p in problems)
             return
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        group = self.__dict__.get("_w8a8_group")
+        if group is not None and local_metadata.get("assign_to_params_buffers"):
+            group.invalidate()  # assigned tensors are no longer views of the group's merged ones
 
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         """``x`` float [..., in_features], or a ``QuantizedActivation`` (dynamic layers only).
