@@ -9,8 +9,8 @@ Found from the running model, without editing its code and without layer names:
    ``W8A8Linear`` reads, the output of each RMSNorm-like module and the input of each
    module that owns Linears and a SiLU.
 2. **Groups**: the dynamic ``W8A8Linear`` that read one tensor object, each called once in
-   that forward, the tensor unchanged between the first and the last read (checked on a
-   copy). The first member called quantizes; the others reuse its int8 codes and scales.
+   that forward, the tensor unchanged between the first and the last read (checked from two
+   fp64 sums). The first member called quantizes; the others reuse its int8 codes and scales.
 3. **Merged** (``merge=True``): a group's weights, weight scales and biases concatenated
    into one ``[sum N, K]`` tensor; the members' parameters become views of it, so the state
    dict and checkpoints keep one tensor per projection. The first member called runs one
@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from w8a8 import ops
-from w8a8.linear import QuantizedActivation, W8A8Linear
+from w8a8.linear import QuantizedActivation, W8A8Linear, _frozen
 
 # Above this many tokens a merged group runs one GEMM per member (on row slices of the merged
 # weight, sharing the codes): on the H100 the merged GEMMs were faster up to 2048 tokens
@@ -104,8 +104,6 @@ class Group:
 
     def _merge(self) -> None:
         """Concatenate the members' tensors and make their parameters views of the result."""
-        from w8a8.linear import _frozen
-
         ms = self.members
         self.weight = torch.cat([m.weight.detach() for m in ms])
         self.weight_scale = torch.cat([m.weight_scale.detach().reshape(-1) for m in ms])
@@ -205,8 +203,8 @@ class Group:
 
     @staticmethod
     def _one(member: W8A8Linear, x, codes, scales) -> torch.Tensor:
-        out = ops.scaled_mm(codes, member.weight, scales, member.weight_scale, member.bias, x.dtype,
-                            backend=member.backend)
+        """One member's GEMM on the shared [M, K] codes, shaped like ``member(x)``."""
+        out = member.forward_quantized(QuantizedActivation(codes, scales, x.dtype))
         return out.view(*x.shape[:-1], member.out_features)
 
     def _traced(self, member: W8A8Linear, x: torch.Tensor) -> torch.Tensor:
@@ -225,7 +223,7 @@ class Group:
 
 def _rms_eps(module: nn.Module) -> float | None:
     """The epsilon of an RMSNorm-like module (1-D weight, an eps attribute, no children), else None."""
-    if any(True for _ in module.children()) or type(module).__name__.lower().find("rmsnorm") < 0:
+    if any(True for _ in module.children()) or "rmsnorm" not in type(module).__name__.lower():
         return None
     w = getattr(module, "weight", None)
     eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))

@@ -193,6 +193,16 @@ def model_table(mode: str) -> list[str]:
                    "unfused x bf16 (% of bound)"], out)
 
 
+def model_summary(mode: str) -> str:
+    """The model suite in one line: the ranges of x bf16 and of the fraction of the bound."""
+    rows = load("model_h100.json")["rows"]
+    x = {impl: [r["x_bf16"] for r in rows if r["impl"] == impl and r["mode"] == mode] for impl in ("w8a8", "w8a8-unfused")}
+    pct = [r["pct_of_bound"] for r in rows if r["impl"] == "w8a8" and r["mode"] == mode]
+    return (f"- transformers Llama at Llama-3-8B widths (4 layers), {mode}: {min(x['w8a8']):.2f}-{max(x['w8a8']):.2f}x "
+            f"bf16 per forward over 1..8192 tokens, {min(pct):.1f}-{max(pct):.1f}% of the 2x-projection bound "
+            f"(unfused: {min(x['w8a8-unfused']):.2f}-{max(x['w8a8-unfused']):.2f}x).")
+
+
 def bf16_spread() -> tuple[float, float]:
     """Median and largest relative spread of bf16 `F.linear` at one point timed in several H100 files."""
     times = {}
@@ -240,15 +250,8 @@ def render_markdown(plots: bool = True) -> str:
         f"- Kernel geomean over the grid: sm90 {_x(kern, 'w8a8 sm90'):.2f}x bf16, Triton {_x(kern, 'w8a8 triton'):.2f}x.",
         f"- `W8A8Linear` end to end: sm90 {_x(lin, 'W8A8Linear sm90'):.2f}x bf16 (min {lin_min:.2f}), "
         f"Triton {_x(lin, 'W8A8Linear triton'):.2f}x.",
-        *[f"- transformers Llama at Llama-3-8B widths (4 layers), {mode}: {lo['x_bf16']:.2f}-{hi['x_bf16']:.2f}x bf16 "
-          f"per forward over 1..8192 tokens, {min(pct):.1f}-{max(pct):.1f}% of the 2x-projection bound "
-          f"(unfused: {ulo['x_bf16']:.2f}-{uhi['x_bf16']:.2f}x)."
-          for mode in ("eager", "compile")
-          for q in [[r for r in load("model_h100.json")["rows"] if r["impl"] == "w8a8" and r["mode"] == mode]]
-          for u in [[r for r in load("model_h100.json")["rows"] if r["impl"] == "w8a8-unfused" and r["mode"] == mode]]
-          for lo, hi, ulo, uhi, pct in [(min(q, key=lambda r: r["x_bf16"]), max(q, key=lambda r: r["x_bf16"]),
-                                         min(u, key=lambda r: r["x_bf16"]), max(u, key=lambda r: r["x_bf16"]),
-                                         [r["pct_of_bound"] for r in q])]],
+        model_summary("eager"),
+        model_summary("compile"),
         f"- Decode step (4 blocks, batch 1, CUDA graph): {graph['x_bf16']:.2f}x bf16. Tensor-parallel MLP block "
         f"(2x H200): {tp[1]:.2f}x at M = 1, {tp[2048]:.2f}x at M = 2048.",
         *_h("Model: transformers Llama at Llama-3-8B widths"),
