@@ -98,6 +98,13 @@ constexpr ConfigEntry kConfigs[] = {
     decode_entry<&gemv_run>(sm90::kGemvSplit8, "gemv_dp4a_ksplit8", 8),
     decode_entry<&skinny_run>(sm90::kSkinnySplit1, "skinny_mma_ksplit1", 1),
     decode_entry<&skinny_run>(sm90::kSkinnySplit2, "skinny_mma_ksplit2", 2),
+    entry<sm90::Sm90SwapABWarpSpecialized64x16x256_1x1>(sm90::kSwap64x16WS, "swap_64x16x256_1x1_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x32x256_1x1>(sm90::kSwap64x32WS, "swap_64x32x256_1x1_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x64x256_1x1>(sm90::kSwap64x64WS, "swap_64x64x256_1x1_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x64x256_2x1>(sm90::kSwap64x64WSCluster2x1, "swap_64x64x256_2x1_ws",
+                                                         kDefault),
+    entry<sm90::Sm90WarpSpecialized64x64x256_1x1>(sm90::kWS64x64, "64x64x256_1x1_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x128x128_1x1>(sm90::kSwap64x128WS, "swap_64x128x128_1x1_ws", kDefault),
 #endif
 };
 

@@ -30,6 +30,7 @@ using cute::Shape;
 using cute::_1;
 using cute::_2;
 using cute::_16;
+using cute::_32;
 using cute::_64;
 using cute::_128;
 using cute::_256;
@@ -125,6 +126,78 @@ struct Sm90Coop256x128x128_1x2 {
 };
 #endif
 
+#ifdef W8A8_SWEEP_CONFIGS
+// Candidates for M in (16, 128] (issue 23), sweep-only until measured: the
+// non-persistent warp-specialized kernel (one CTA per tile, one consumer
+// warpgroup), so the weight tile can be 64 rows and twice as many CTAs
+// stream the weights as with the 128-row swap-AB tiles (N = 4096: 64 CTAs
+// instead of 32), and one token tile covers all of M (each weight byte read
+// once, where the 128x16 tile re-reads it per 16 tokens).
+// Swap-AB, 16 token columns (M <= 16, against the skinny GEMM). smem per
+// stage 16 KiB + 4 KiB.
+struct Sm90SwapABWarpSpecialized64x16x256_1x1 {
+  using TileShape = Shape<_64, _16, _256>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+};
+
+// Swap-AB, 32 token columns (M <= 32). smem per stage 16 KiB + 8 KiB.
+struct Sm90SwapABWarpSpecialized64x32x256_1x1 {
+  using TileShape = Shape<_64, _32, _256>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+};
+
+// Swap-AB, 64 token columns (M <= 64). smem per stage 16 KiB + 16 KiB.
+struct Sm90SwapABWarpSpecialized64x64x256_1x1 {
+  using TileShape = Shape<_64, _64, _256>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+};
+
+// The same with two weight tiles per cluster: the token tile is multicast to
+// both, halving the activation reads from L2 (at M = 64 they equal the
+// weight bytes of the tile).
+struct Sm90SwapABWarpSpecialized64x64x256_2x1 {
+  using TileShape = Shape<_64, _64, _256>;
+  using ClusterShape = Shape<_2, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+};
+
+// Not swapped: 64 token rows x 64 channels, K 256 deep, no cluster (the
+// shape vLLM's sm90 int8 dispatch runs at M in (32, 64]).
+struct Sm90WarpSpecialized64x64x256_1x1 {
+  using TileShape = Shape<_64, _64, _256>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = false;
+};
+
+// Swap-AB, 128 token columns (M in (64, 128]). smem per stage 8 KiB + 16 KiB.
+struct Sm90SwapABWarpSpecialized64x128x128_1x1 {
+  using TileShape = Shape<_64, _128, _128>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+};
+#endif
+
 // Split_k > 1 / scheduler "streamk" requests at M > 256 (the ladder's tiles
 // there run the persistent scheduler, which cannot split K). 128x128
 // cooperative: the stream-K scheduler needs the cooperative kernel. No
@@ -177,6 +250,12 @@ enum ConfigId : int {
   kGemvSplit8,
   kSkinnySplit1,              // the skinny GEMM with K split over 1 / 2 warps per row group
   kSkinnySplit2,
+  kSwap64x16WS,               // the M <= 128 candidates above, non-persistent
+  kSwap64x32WS,
+  kSwap64x64WS,
+  kSwap64x64WSCluster2x1,
+  kWS64x64,
+  kSwap64x128WS,
 #endif
   kNumConfigs
 };

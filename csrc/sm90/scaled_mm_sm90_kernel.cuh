@@ -42,17 +42,22 @@ struct ScaledMmSm90Gemm {
       std::is_same_v<KernelSchedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
   static constexpr bool kPingpong =
       std::is_same_v<KernelSchedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
+  // The non-persistent warp-specialized kernel: one CTA per output tile, one
+  // consumer warpgroup (64-row tiles), no scheduler state.
+  static constexpr bool kBasic = std::is_same_v<KernelSchedule, cutlass::gemm::KernelTmaWarpSpecialized>;
   static constexpr bool kStreamK = std::is_same_v<TileScheduler, cutlass::gemm::StreamKScheduler>;
 
   static_assert(std::is_same_v<ElementOut, cutlass::bfloat16_t> ||
                     std::is_same_v<ElementOut, cutlass::half_t>,
                 "scaled_mm_sm90: the output is bf16 or fp16");
-  static_assert(kCooperative || kPingpong, "scaled_mm_sm90: TMA warp-specialized schedules only");
+  static_assert(kCooperative || kPingpong || kBasic, "scaled_mm_sm90: TMA warp-specialized schedules only");
   static_assert(kCooperative == std::is_same_v<EpilogueSchedule,
                                                cutlass::epilogue::TmaWarpSpecializedCooperative>,
                 "scaled_mm_sm90: the epilogue schedule must match the kernel schedule");
-  static_assert(kPingpong == std::is_same_v<EpilogueSchedule, cutlass::epilogue::TmaWarpSpecialized>,
+  static_assert((kPingpong || kBasic) == std::is_same_v<EpilogueSchedule, cutlass::epilogue::TmaWarpSpecialized>,
                 "scaled_mm_sm90: the epilogue schedule must match the kernel schedule");
+  static_assert(!kBasic || std::is_same_v<TileScheduler, cutlass::gemm::PersistentScheduler>,
+                "scaled_mm_sm90: the non-persistent kernel takes the default scheduler (one CTA per tile)");
   static_assert(cute::size<0>(TileShape{}) % (kCooperative ? 128 : 64) == 0,
                 "scaled_mm_sm90: tile M is a multiple of 64 rows per consumer warpgroup "
                 "(cooperative splits it over two)");
