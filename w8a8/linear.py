@@ -1,6 +1,7 @@
 """W8A8Linear: a drop-in replacement for nn.Linear with int8 weights and activations."""
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -37,6 +38,62 @@ FIXED_DTYPES = {
 }
 
 
+# --- the folded bias of an input zero point ----------------------------------------------------
+
+
+def _fold_zero_point(weight, weight_scale, input_scale, input_zero_point, bias) -> torch.Tensor:
+    """The fp32 ``bias - input_scale * weight_scale * zp * rowsum(weight)`` (without a bias, the
+    negated correction): the one place this is computed."""
+    rowsum = weight.sum(dim=1, dtype=torch.int32).float()
+    corr = input_scale * weight_scale * (input_zero_point.float() * rowsum)
+    return -corr if bias is None else bias.float() - corr
+
+
+_PLAIN = (torch.Tensor, nn.Parameter)
+
+
+def _keepable(sources: tuple) -> bool:
+    """Whether a folded bias computed from ``sources`` may be kept for later forwards: in plain
+    eager only (not traced by torch.compile / torch.export, not captured into a CUDA graph), from
+    plain tensors that have version counters (no subclass, proxy or inference tensor), and with
+    no gradient to flow into it."""
+    if torch.compiler.is_compiling():
+        return False
+    tensors = [t for t in sources if t is not None]
+    if any(type(t) not in _PLAIN or t.is_inference() for t in tensors):
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return not (sources[0].is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def _stamp(t: torch.Tensor | None) -> tuple | None:
+    """What changes with ``t``'s contents: its version counter (every in-place edit bumps it), its
+    storage address (``.data =``), device, dtype, shape and strides."""
+    return None if t is None else (t._version, t.data_ptr(), t.device, t.dtype, t.shape, t.stride())
+
+
+def _stream_id(t: torch.Tensor) -> int:
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+
+
+class _KeptFoldedBias:
+    """A folded bias and what it was computed from: weak references to the source tensors (the
+    very objects, without keeping them alive), their stamps, and the CUDA stream it ran on (a
+    reader on another stream would not be ordered after it)."""
+
+    def __init__(self, sources: tuple) -> None:
+        self.refs = tuple(None if t is None else weakref.ref(t) for t in sources)
+        self.stamps = tuple(map(_stamp, sources))
+        self.stream = _stream_id(sources[0])
+        self.value = _fold_zero_point(*sources)
+
+    def valid_for(self, sources: tuple) -> bool:
+        return (all(t is None if r is None else r() is t for r, t in zip(self.refs, sources))
+                and tuple(map(_stamp, sources)) == self.stamps
+                and _stream_id(sources[0]) == self.stream)
+
+
 class W8A8Linear(nn.Module):
     """``y = x @ W^T + b`` with W int8 per output channel and x quantized to int8.
 
@@ -57,8 +114,15 @@ class W8A8Linear(nn.Module):
         out = s * w_scale * ((q - zp) @ W^T) + bias
             = s * w_scale * (q @ W^T) + (bias - s * w_scale * zp * rowsum(W))
 
-    (fp32; the correction is recomputed from the parameters in every forward, an
-    int8 [N, K] row sum, so it always agrees with them).
+    (fp32, ``folded_bias()``). The correction needs an int8 [N, K] row sum, a full read of
+    the weight: in eager forwards it is computed once and kept (not a parameter, not in the
+    state dict) until ``weight``, ``weight_scale``, ``input_scale``, ``input_zero_point`` or
+    ``bias`` is edited in place, replaced, moved or cast, or a forward runs on another CUDA
+    stream; under ``torch.compile`` / ``torch.export`` and during CUDA-graph capture it is
+    computed inside the graph, so a replay after an in-place edit reads the edited tensors.
+    An edit that bypasses the tensor's version counter (through ``.data`` or ``.numpy()``) is
+    not seen: edit the parameter itself (``layer.weight.copy_(w)`` under ``torch.no_grad()``),
+    reassign it, or use ``load_state_dict``.
 
     ``act_quant="dynamic"`` quantizes each token (row) with its own scale at run
     time; ``"static"`` uses the calibrated per-tensor ``input_scale``. forward
@@ -158,6 +222,8 @@ class W8A8Linear(nn.Module):
                     raise
                 moved[key] = _frozen(r if r.dtype == t.dtype else t.to(device=r.device))
             self._parameters.update(moved)
+        # The kept folded bias would no longer match anyway; dropping it frees the old device's copy now.
+        self.__dict__.pop("_w8a8_folded_bias", None)
         group = self.__dict__.get("_w8a8_group")
         if group is not None:  # the parameters are no longer views of the group's merged tensors
             group.invalidate()
@@ -237,12 +303,35 @@ class W8A8Linear(nn.Module):
 
     def folded_bias(self) -> torch.Tensor | None:
         """The bias the epilogue adds: ``bias``, or with an input zero point the fp32
-        ``bias - input_scale * weight_scale * zp * rowsum(weight)`` (see the class docstring)."""
+        ``bias - input_scale * weight_scale * zp * rowsum(weight)`` (see the class docstring).
+
+        With a zero point, in eager, the value is kept and returned again while the five
+        tensors it is made from are the same objects with the same version counters, storage
+        address, device, dtype, shape and strides, and the current CUDA stream is the one it
+        was computed on; otherwise it is computed again (the same expression, bit for bit).
+        It is computed on every call and never kept under ``torch.compile`` / ``torch.export``
+        (version counters cannot be traced: the row sum is part of the graph), during
+        CUDA-graph capture (the graph computes it on each replay, so replays see in-place
+        edits), for inference tensors and tensor subclasses (no version counter to watch),
+        and when a gradient would flow into it. The returned tensor is shared, like ``bias``:
+        read it, do not edit it in place.
+        """
         if self.input_zero_point is None:
             return self.bias
-        rowsum = self.weight.sum(dim=1, dtype=torch.int32).float()
-        corr = self.input_scale * self.weight_scale * (self.input_zero_point.float() * rowsum)
-        return -corr if self.bias is None else self.bias.float() - corr
+        sources = (self.weight, self.weight_scale, self.input_scale, self.input_zero_point, self.bias)
+        if not _keepable(sources):
+            return _fold_zero_point(*sources)
+        kept = self.__dict__.get("_w8a8_folded_bias")
+        if kept is None or not kept.valid_for(sources):
+            kept = self.__dict__["_w8a8_folded_bias"] = _KeptFoldedBias(sources)
+        return kept.value
+
+    def __getstate__(self):
+        """A copy or pickle leaves the kept folded bias out (it holds weak references); the copy
+        computes its own."""
+        state = super().__getstate__()
+        state.pop("_w8a8_folded_bias", None)
+        return state
 
     def dequantized_weight(self) -> torch.Tensor:
         """The float32 weight this layer represents: ``weight * weight_scale``."""
