@@ -119,12 +119,13 @@ def test_the_heuristic_runs_the_gemv_for_a_few_tokens(m):
 @pytest.mark.parametrize("m", [5, 9, 16])
 def test_the_heuristic_runs_the_skinny_gemm_past_the_gemv(m):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for n, k in ((4096, 4096), (4096, 14336), (28672, 4096), (8192, 8192), (8, 16)):
+    for n, k in ((4096, 4096), (4096, 14336), (28672, 4096), (8192, 4096), (8, 16)):
         # Split 8 (one 16-row group per CTA) unless that grid ends in a partial second wave.
         ctas = -(-n // 16)
         expected = 4 if 2 * sms < ctas <= 4 * sms else 8
         assert tuple(plan(m, n, k)) == (f"skinny_mma_ksplit{expected}", "split_k", expected), (n, k)
     _check(*mm_operands(m, 4096, 14336, "cuda"))
+    assert plan(m, 8192, 8192)[0] == "swap_64x32x256_1x1_ws"  # N and K >= 8192: the ladder's 64x32 tile
     assert not plan(17, 4096, 4096)[0].startswith(("gemv", "skinny"))
 
 
@@ -170,6 +171,15 @@ def test_heuristic_plans():
     for m, n, k in ((17, 4096, 14336), (64, 8192, 28672), (2048, 4096, 14336)):
         assert plan(m, n, k)[1] == "data_parallel", (m, n, k)
         assert plan(m, n, k)[0] in NAMES
+    # ... except on shapes at least 8192 wide in N and K, where the 64x32 tile runs.
+    assert plan(16, 4096, 4096)[0].startswith("skinny_mma")
+    assert plan(5, 8192, 28672)[0] == plan(16, 57344, 8192)[0] == "swap_64x32x256_1x1_ws"
+    # The ladder past the decode kernels (scaled_mm_sm90_configs.cuh, select_config).
+    for m, n, name in ((17, 4096, "swap_64x32x256_1x1_ws"), (32, 57344, "swap_64x32x256_1x1_ws"),
+                       (33, 4096, "swap_64x64x256_1x1_ws"), (64, 28672, "swap_64x64x256_1x1_ws"),
+                       (65, 4096, "64x64x256_1x1_ws"), (128, 4096, "64x64x256_1x1_ws"),
+                       (65, 6144, "64x128x128_2x1_pingpong_swz8"), (129, 4096, "swap_128x64x128_1x1_coop_dataparallel")):
+        assert plan(m, n, 4096)[0] == name, (m, n)
     # Explicit requests are honoured.
     assert tuple(plan(1, 4096, 4096, "", 3))[1:] == ("split_k", 3)
     assert tuple(plan(1, 4096, 14336, "", 1))[1:] == ("data_parallel", 1)

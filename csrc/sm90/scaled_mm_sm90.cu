@@ -73,8 +73,6 @@ constexpr ConfigEntry kConfigs[] = {
                                              {8, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
     entry<sm90::Sm90Coop128x256x128_2x1>(sm90::kCoop128x256RasterN, "128x256x128_2x1_coop_swz8_rasterN",
                                          {8, Raster::kAlongN, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90SwapABCoopStreamK128x16x128_1x1>(sm90::kSwap128x16DataParallel,
-                                                     "swap_128x16x128_1x1_coop_dataparallel", kDataParallel),
     entry<sm90::Sm90SwapABCoopStreamK128x64x128_1x1>(sm90::kSwap128x64DataParallel,
                                                      "swap_128x64x128_1x1_coop_dataparallel", kDataParallel),
     entry<sm90::Sm90CoopStreamK128x128x128_1x1>(sm90::kCoop128x128StreamK, "128x128x128_1x1_coop_streamk",
@@ -82,6 +80,9 @@ constexpr ConfigEntry kConfigs[] = {
     decode_entry<&gemv_run>(sm90::kGemvSplit1, "gemv_dp4a_ksplit1", 1),
     decode_entry<&skinny_run>(sm90::kSkinnySplit4, "skinny_mma_ksplit4", 4),
     decode_entry<&skinny_run>(sm90::kSkinnySplit8, "skinny_mma_ksplit8", 8),
+    entry<sm90::Sm90SwapABWarpSpecialized64x32x256_1x1>(sm90::kSwap64x32, "swap_64x32x256_1x1_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x64x256_1x1>(sm90::kSwap64x64, "swap_64x64x256_1x1_ws", kDefault),
+    entry<sm90::Sm90WarpSpecialized64x64x256_1x1>(sm90::kWarpSpecialized64x64, "64x64x256_1x1_ws", kDefault),
 #ifdef W8A8_SWEEP_CONFIGS
     entry<sm90::Sm90Coop256x128x128_1x2>(sm90::kCoop256x128RasterM, "256x128x128_1x2_coop_swz8_rasterM",
                                          {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),
@@ -99,12 +100,8 @@ constexpr ConfigEntry kConfigs[] = {
     decode_entry<&skinny_run>(sm90::kSkinnySplit1, "skinny_mma_ksplit1", 1),
     decode_entry<&skinny_run>(sm90::kSkinnySplit2, "skinny_mma_ksplit2", 2),
     entry<sm90::Sm90SwapABWarpSpecialized64x16x256_1x1>(sm90::kSwap64x16WS, "swap_64x16x256_1x1_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x32x256_1x1>(sm90::kSwap64x32WS, "swap_64x32x256_1x1_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x64x256_1x1>(sm90::kSwap64x64WS, "swap_64x64x256_1x1_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x64x256_2x1>(sm90::kSwap64x64WSCluster2x1, "swap_64x64x256_2x1_ws",
-                                                         kDefault),
-    entry<sm90::Sm90WarpSpecialized64x64x256_1x1>(sm90::kWS64x64, "64x64x256_1x1_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x128x128_1x1>(sm90::kSwap64x128WS, "swap_64x128x128_1x1_ws", kDefault),
+    entry<sm90::Sm90SwapABCoopStreamK128x16x128_1x1>(sm90::kSwap128x16DataParallel,
+                                                     "swap_128x16x128_1x1_coop_dataparallel", kDataParallel),
 #endif
 };
 
@@ -173,7 +170,7 @@ ScaledMmSm90Plan choose(const ScaledMmSm90Params& p) {
   const bool no_split = p.split_k == 1 || p.scheduler == ScaledMmScheduler::kPersistent;
   int id = p.config_id;
   if (id < 0) id = split ? sm90::split_capable_config(p.m) : no_split ? sm90::select_config(p.m, p.n)
-                                                                       : sm90::plan_auto(p.m, p.n, p.sm_count);
+                                                                       : sm90::plan_auto(p.m, p.n, p.k, p.sm_count);
   const ConfigEntry& config = kConfigs[id];
   SchedulerOptions options = config.options;
   if (split) {

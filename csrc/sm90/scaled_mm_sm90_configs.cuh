@@ -48,10 +48,11 @@ using cute::_256;
 // also run them data-parallel or split K over idle SMs when asked.
 // ---------------------------------------------------------------------------
 
-// The ladder's tile for M <= 64 (data-parallel), which under scheduler "auto"
-// serves M = 17..64 (the decode kernels take 1..16); split / stream-K requests
-// at M <= 64. 16 token columns: the smallest tile that covers a 16-row batch
-// (wgmma N = 16). smem per stage 16 KiB + 2 KiB.
+// Split / stream-K requests at M <= 64 (CUTLASS's stream-K scheduler needs
+// the cooperative kernel, so 128 weight rows per tile). 16 token columns: the
+// smallest tile that covers a 16-row batch (wgmma N = 16). Data-parallel it
+// was the ladder's tile for M = 17..64 until the non-persistent 64-row tiles
+// (sweep-only entry now). smem per stage 16 KiB + 2 KiB.
 struct Sm90SwapABCoopStreamK128x16x128_1x1 {
   using TileShape = Shape<_128, _16, _128>;
   using ClusterShape = Shape<_1, _1, _1>;
@@ -126,25 +127,19 @@ struct Sm90Coop256x128x128_1x2 {
 };
 #endif
 
-#ifdef W8A8_SWEEP_CONFIGS
-// Candidates for M in (16, 128] (issue 23), sweep-only until measured: the
-// non-persistent warp-specialized kernel (one CTA per tile, one consumer
-// warpgroup), so the weight tile can be 64 rows and twice as many CTAs
-// stream the weights as with the 128-row swap-AB tiles (N = 4096: 64 CTAs
-// instead of 32), and one token tile covers all of M (each weight byte read
-// once, where the 128x16 tile re-reads it per 16 tokens).
-// Swap-AB, 16 token columns (M <= 16, against the skinny GEMM). smem per
-// stage 16 KiB + 4 KiB.
-struct Sm90SwapABWarpSpecialized64x16x256_1x1 {
-  using TileShape = Shape<_64, _16, _256>;
-  using ClusterShape = Shape<_1, _1, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-  static constexpr bool kSwapAB = true;
-};
+// The non-persistent warp-specialized kernel (one CTA per output tile, one
+// consumer warpgroup) for M in (16, 128]: 64-row tiles, so twice as many
+// CTAs stream the weights as with the 128-row cooperative tiles (N = 4096:
+// 64 instead of 32), and, swapped, one token tile covers all of M (each
+// weight byte read once; the 128x16 tile re-reads it per 16 tokens). K 256
+// deep: half the barrier round trips per weight byte of a 128-deep stage.
+// Figures: the H100 sweep (CUDA-graph replays, 8 shapes, x bf16 F.linear in
+// the same run; benchmarks/results/scaled_mm_tilesweep_h100.json).
 
-// Swap-AB, 32 token columns (M <= 32). smem per stage 16 KiB + 8 KiB.
+// The ladder's tile for M in (16, 32]: swap-AB, 32 token columns. Best or
+// within 3% on 8/8 shapes at M = 32 (4096 x 4096: 1.52x bf16 against 1.35x
+// for the 128x16 cooperative tile; 8192 x 28672: 2.08x). smem per stage
+// 16 KiB of weights + 8 KiB of tokens.
 struct Sm90SwapABWarpSpecialized64x32x256_1x1 {
   using TileShape = Shape<_64, _32, _256>;
   using ClusterShape = Shape<_1, _1, _1>;
@@ -154,7 +149,11 @@ struct Sm90SwapABWarpSpecialized64x32x256_1x1 {
   static constexpr bool kSwapAB = true;
 };
 
-// Swap-AB, 64 token columns (M <= 64). smem per stage 16 KiB + 16 KiB.
+// The ladder's tile for M in (32, 64]: swap-AB, 64 token columns. Best or
+// within 2% on 8/8 shapes at M = 48 and 64 (6144 x 4096 at 64: 1.60x bf16
+// against 1.29x for the 128x16 tile; 28672 x 4096: 1.80x against 1.63x).
+// A 2x1 cluster multicasting the token tile measured the same or 1-2% slower.
+// smem per stage 16 KiB + 16 KiB.
 struct Sm90SwapABWarpSpecialized64x64x256_1x1 {
   using TileShape = Shape<_64, _64, _256>;
   using ClusterShape = Shape<_1, _1, _1>;
@@ -164,20 +163,11 @@ struct Sm90SwapABWarpSpecialized64x64x256_1x1 {
   static constexpr bool kSwapAB = true;
 };
 
-// The same with two weight tiles per cluster: the token tile is multicast to
-// both, halving the activation reads from L2 (at M = 64 they equal the
-// weight bytes of the tile).
-struct Sm90SwapABWarpSpecialized64x64x256_2x1 {
-  using TileShape = Shape<_64, _64, _256>;
-  using ClusterShape = Shape<_2, _1, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-  static constexpr bool kSwapAB = true;
-};
-
-// Not swapped: 64 token rows x 64 channels, K 256 deep, no cluster (the
-// shape vLLM's sm90 int8 dispatch runs at M in (32, 64]).
+// The ladder's tile for M in (64, 128] with N <= 4096: not swapped, 64 token
+// rows x 64 channels (2 x N / 64 CTAs: 128 for N = 4096, where 64x128 tiles
+// launch 64). 4096 x 4096 at 128: 1.52x bf16 against 1.32x for the 64x128
+// pingpong tile; 4096 x 14336: 1.96x against 1.79x. Larger N: the pingpong
+// tile leads by up to 40% (wave quantization of N / 64 x 2 tiles).
 struct Sm90WarpSpecialized64x64x256_1x1 {
   using TileShape = Shape<_64, _64, _256>;
   using ClusterShape = Shape<_1, _1, _1>;
@@ -187,9 +177,10 @@ struct Sm90WarpSpecialized64x64x256_1x1 {
   static constexpr bool kSwapAB = false;
 };
 
-// Swap-AB, 128 token columns (M in (64, 128]). smem per stage 8 KiB + 16 KiB.
-struct Sm90SwapABWarpSpecialized64x128x128_1x1 {
-  using TileShape = Shape<_64, _128, _128>;
+#ifdef W8A8_SWEEP_CONFIGS
+// Sweep only: swap-AB, 16 token columns, against the skinny GEMM at M <= 16.
+struct Sm90SwapABWarpSpecialized64x16x256_1x1 {
+  using TileShape = Shape<_64, _16, _256>;
   using ClusterShape = Shape<_1, _1, _1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
@@ -197,6 +188,7 @@ struct Sm90SwapABWarpSpecialized64x128x128_1x1 {
   static constexpr bool kSwapAB = true;
 };
 #endif
+
 
 // Split_k > 1 / scheduler "streamk" requests at M > 256 (the ladder's tiles
 // there run the persistent scheduler, which cannot split K). 128x128
@@ -234,12 +226,14 @@ enum ConfigId : int {
   kPingpong64x128,          // ladder: M in (64, 128]
   kPingpong128x128,         // ladder: M in (256, 512]; (128, 256] with N > 4096
   kCoop128x256RasterN,      // ladder: M > 512 (swizzle 8, raster along N)
-  kSwap128x16DataParallel,  // ladder: M <= 64 (under "auto": 17..64)
   kSwap128x64DataParallel,  // ladder: M in (128, 256] with N <= 4096
   kCoop128x128StreamK,      // split / stream-K requests, M > 256
   kGemvSplit1,              // "auto": M <= 4 (GemvPolicy)
   kSkinnySplit4,            // "auto": M = 5..16 where K split 8 ends in a partial second wave (SkinnyPolicy)
   kSkinnySplit8,            // "auto": M = 5..16 otherwise
+  kSwap64x32,               // ladder: M <= 32 (under "auto": 17..32; 5..16 with N, K >= 8192)
+  kSwap64x64,               // ladder: M in (32, 64]
+  kWarpSpecialized64x64,    // ladder: M in (64, 128] with N <= 4096
 #ifdef W8A8_SWEEP_CONFIGS
   kCoop256x128RasterM,        // Sm90Coop256x128x128_1x2, swizzle 8, raster along M
   kCoop128x256RasterM,        // Sm90Coop128x256x128_2x1, swizzle 8, raster along M
@@ -250,25 +244,22 @@ enum ConfigId : int {
   kGemvSplit8,
   kSkinnySplit1,              // the skinny GEMM with K split over 1 / 2 warps per row group
   kSkinnySplit2,
-  kSwap64x16WS,               // the M <= 128 candidates above, non-persistent
-  kSwap64x32WS,
-  kSwap64x64WS,
-  kSwap64x64WSCluster2x1,
-  kWS64x64,
-  kSwap64x128WS,
+  kSwap64x16WS,               // swap-AB 64x16x256, non-persistent
+  kSwap128x16DataParallel,    // the 128x16 cooperative tile data-parallel (the ladder's M <= 64 tile before 64x32 / 64x64)
 #endif
   kNumConfigs
 };
 
-// The ladder on next_pow2(M) (and N in one bucket), from the config sweep on
+// The ladder on next_pow2(M) (and N in one bucket), from the config sweeps on
 // the H100 (CUDA-graph replay, 8 shapes from 4096 x 4096 to 57344 x 8192 as
 // N x K; "best" = fastest or within 3%):
-//   M <= 64:  swap-AB 128x16, data-parallel. Fastest on 6/8 shapes at M = 1
-//             and 16, and 5-35% ahead of the stream-K variant (the stream-K
-//             fix-up and its workspace memset cost more than the idle SMs).
-//             At M = 64 the 128x64 swap tile is 3% faster on big N but 30%
-//             slower on 4096 x 4096, so the 16-wide tile serves all of M <= 64.
-//   M <= 128: 64x128 pingpong, 2x1 cluster: fastest or within 1% on 8/8.
+//   M <= 32:  swap-AB 64x32x256, non-persistent (under "auto": 17..32, and
+//             5..16 where N and K are >= 8192, see SkinnyPolicy).
+//   M <= 64:  swap-AB 64x64x256, non-persistent: best on 8/8 at 48 and 64.
+//   M <= 128: N <= 4096: 64x64x256 non-persistent (twice the CTAs of
+//             64x128 tiles: 13-15% faster on 4096 x 4096 and 4096 x 14336);
+//             larger N: 64x128 pingpong, 2x1 cluster: fastest or within 1%
+//             on the 6 other shapes.
 //   M <= 256: N <= 4096 (32 weight tiles of 128 rows): swap-AB 128x64 is
 //             25-30% faster than 128x128 tiles (16 tiles for 132 SMs);
 //             larger N: 128x128 pingpong, best on 4/5 of those shapes.
@@ -279,8 +270,9 @@ enum ConfigId : int {
 inline int select_config(int64_t m, int64_t n) {
   int64_t m_pow2 = 1;
   while (m_pow2 < m) m_pow2 <<= 1;
-  if (m_pow2 <= 64) return kSwap128x16DataParallel;
-  if (m_pow2 <= 128) return kPingpong64x128;
+  if (m_pow2 <= 32) return kSwap64x32;
+  if (m_pow2 <= 64) return kSwap64x64;
+  if (m_pow2 <= 128) return n <= 4096 ? kWarpSpecialized64x64 : kPingpong64x128;
   if (m_pow2 <= 256) return n <= 4096 ? kSwap128x64DataParallel : kPingpong128x128;
   if (m_pow2 <= 512) return kPingpong128x128;
   return kCoop128x256RasterN;
@@ -346,9 +338,19 @@ struct GemvPolicy {
 //     never won: sweep-only.
 //   * M <= 4 stays with the GEMV: the skinny GEMM ties it on N = 4096 and is
 //     2-5% slower elsewhere.
+//   * Against the non-persistent swap-AB 64x32 tile (sweep at M = 5, 8, 12,
+//     16): the tile wins where N and K are both >= 8192 (8192 x 28672: 2.04x
+//     bf16 against 1.84-1.90x; 57344 x 8192, 8192 x 8192, 10240 x 8192: 1-6%,
+//     one loss of 3% at M = 5 on 10240 x 8192); the skinny GEMM keeps the
+//     narrower shapes (4096 x 4096, 6144 x 4096, 28672 x 4096: 2-10% ahead at
+//     M <= 8; 4096 x 14336: within 2% either way).
 struct SkinnyPolicy {
   // Tokens served under scheduler "auto", after the GEMV's.
   static constexpr int64_t kMaxM = 16;
+  // Shapes at least this wide in both N and K run the ladder's 64x32 tile instead.
+  static constexpr int64_t kMinTileNK = 8192;
+
+  static constexpr bool serves(int64_t n, int64_t k) { return n < kMinTileNK || k < kMinTileNK; }
   // CTAs of the skinny kernel resident per SM (__launch_bounds__(256, 2) in scaled_mm_skinny.cu).
   static constexpr int64_t kCtasPerSm = 2;
 
@@ -360,11 +362,12 @@ struct SkinnyPolicy {
 };
 
 // The entry scheduler "auto" runs, with the scheduler options of its table
-// entry: the GEMV for a few tokens, the skinny GEMM for a few more (each with
-// its K split inside the CTA), else the ladder's entry, data-parallel.
-inline int plan_auto(int64_t m, int64_t n, int sm_count) {
+// entry: the GEMV for a few tokens, the skinny GEMM for a few more on the
+// shapes it serves (each with its K split inside the CTA), else the ladder's
+// entry, data-parallel.
+inline int plan_auto(int64_t m, int64_t n, int64_t k, int sm_count) {
   if (m <= GemvPolicy::kMaxM) return GemvPolicy::kConfig;
-  if (m <= SkinnyPolicy::kMaxM) return SkinnyPolicy::config(n, sm_count);
+  if (m <= SkinnyPolicy::kMaxM && SkinnyPolicy::serves(n, k)) return SkinnyPolicy::config(n, sm_count);
   return select_config(m, n);
 }
 
