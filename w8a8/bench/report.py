@@ -21,6 +21,7 @@ DOCS = ROOT / "docs"
 
 _MM = "python -m w8a8 bench --out benchmarks/results --suites scaled_mm"
 _SWEEP = "--shapes 4096x4096,6144x4096,12288x4096,28672x4096,4096x14336,8192x8192,57344x8192,8192x28672 --configs <those entries>"
+SERVING_M = (16, 32, 48, 64, 96, 128, 192, 256)
 # Every file in benchmarks/results: what it holds, and the command (on the GPU machine) that writes it.
 SOURCES = {
     "scaled_mm_h100.json": ("kernel grid: 8 Llama-3 shapes, M = 1..8192, every GEMM", f"{_MM} --tag h100"),
@@ -46,6 +47,19 @@ SOURCES = {
     "model_merge_h100.json": ("the same model in eager: merged sibling GEMMs against separate ones (w8a8-unmerged)",
                               "python -m w8a8 bench --out benchmarks/results --suites model --modes eager "
                               "--variants w8a8,w8a8-unfused,w8a8-unmerged --tag merge_h100"),
+    "scaled_mm_tilesweep_h100.json": ("M = 5..128: the non-persistent 64-row sm90 tiles beside the ladder's and the skinny GEMM",
+                                      f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 16,32,48,64,96,128 "
+                                      "--configs <those entries> --tag tilesweep_h100 (and --m 5,8,12,16,24)"),
+    "scaled_mm_serving_h100.json": ("the serving regime, M = 16..256, every GEMM",
+                                    f"{_MM},linear --m {','.join(map(str, SERVING_M))} --tag serving_h100"),
+    "linear_serving_h100.json": ("`W8A8Linear` end to end, M = 16..256 (same command)",
+                                 f"{_MM},linear --m {','.join(map(str, SERVING_M))} --tag serving_h100"),
+    "scaled_mm_continuity_h100.json": ("sm90, every M of 1..256 on the Llama-3-8B shapes",
+                                       f"{_MM} --backends sm90 --m 1,2,...,256 --shapes "
+                                       "6144x4096,4096x4096,28672x4096,4096x14336 --tag continuity_h100"),
+    "split_k_serving_h100.json": ("split-K / stream-K of the 128-row tiles at M = 32..128, N = 4096 / 6144",
+                                  "python -m w8a8 bench --out benchmarks/results --suites split_k --sweep --m 32,64,128 "
+                                  "--shapes 4096x4096,6144x4096,4096x14336 --tag serving_h100"),
     "fused_quant_sweep_h100.json": ("launch shapes of the fused norm / SiLU-and-mul quantizers",
                                     "python benchmarks/bench_fused_quant.py --out benchmarks/results/fused_quant_sweep_h100.json"),
     "tp_mlp_h200x2.json": ("tensor-parallel MLP block, 2 GPUs", "NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 "
@@ -134,6 +148,32 @@ def decode_table() -> list[str]:
         cells = [gemv.get(("w8a8 sm90", m, n, k)) for m in (1, 2, 4)] + [skinny.get(("w8a8 sm90", m, n, k)) for m in (5, 8, 16)]
         body.append([f"{n} x {k}", f"{one['us']:.1f}", f"{one['gbps'] / 1e3:.2f}"] + [_f(c and c["x_bf16"]) for c in cells])
     return _table(["N x K", "M=1 us", "M=1 TB/s", "M=1", "M=2", "M=4", "M=5", "M=8", "M=16"], body)
+
+
+def serving_table() -> list[str]:
+    """Kernel and end-to-end x bf16 with % of the HBM read rate at M = 16..256, one row per shape."""
+    kern = _index(load("scaled_mm_serving_h100.json")["rows"])
+    lin = _index(load("linear_serving_h100.json")["rows"])
+    body = []
+    for n, k in _shapes(load("scaled_mm_serving_h100.json")["rows"]):
+        cells = []
+        for m in SERVING_M:
+            kr, lr = kern[("w8a8 sm90", m, n, k)], lin[("W8A8Linear sm90", m, n, k)]
+            cells.append(f"{kr['x_bf16']:.2f} ({kr['pct_of_bound']:.0f}%) / {lr['x_bf16']:.2f}")
+        body.append([f"{n} x {k}", f"{n * k / 1e6:.0f}"] + cells)
+    return _table(["N x K", "MB int8"] + [f"M={m}" for m in SERVING_M], body)
+
+
+def continuity_lines() -> list[str]:
+    """The largest time step from M-1 to M (M = 2..256) per shape, and where it is."""
+    rows = [r for r in load("scaled_mm_continuity_h100.json")["rows"] if r["impl"] == "w8a8 sm90"]
+    out = []
+    for n, k in _shapes(rows):
+        us = {r["M"]: r["us"] for r in rows if (r["N"], r["K"]) == (n, k)}
+        steps = sorted(((us[m] / us[m - 1], m) for m in range(2, max(us) + 1)), reverse=True)
+        worst = ", ".join(f"{x:.2f} at M = {m}" for x, m in steps[:3])
+        out.append(f"- {n} x {k}: {us[1]:.1f} us at M = 1, {us[max(us)]:.1f} at M = {max(us)}; largest steps {worst}.")
+    return out
 
 
 def quant_table() -> list[str]:
@@ -283,6 +323,16 @@ def render_markdown(plots: bool = True) -> str:
         *_h("End to end: `W8A8Linear` (bf16 in, dynamic per-token quantization, bf16 out; x bf16)"),
         *m_table(lin, "W8A8Linear sm90", extra="W8A8Linear triton"),
         *(["", "![end-to-end speed-ups](speedup_linear_h100.png)"] if plots else []),
+        *_h("Serving regime: M = 16..256 (sm90; kernel x bf16 (% of the HBM read rate) / `W8A8Linear` end to end x bf16)"),
+        "One run of every GEMM at these M (the `scaled_mm` and `linear` suites). The % is the kernel's bytes (int8 "
+        "weights and activations, bf16 out) over its time, against the run's measured HBM read rate.",
+        "",
+        *serving_table(),
+        "",
+        "Continuity (sm90 kernel, each M of 1..256, one timing per M; isolated spikes of one M are timing noise, "
+        "steps that persist over the following M are the ladder's):",
+        "",
+        *continuity_lines(),
         *_h("Decode kernels (sm90; x bf16; the dp4a GEMV at M <= 4, the skinny GEMM at M = 5..16)"),
         *decode_table(),
         *_h("Activation quantization (per token, bf16 in; us, % of the measured HBM read rate)"),
