@@ -72,21 +72,69 @@ def per_token_config(k: int) -> PerTokenConfig:
 # * K <= 8192 stays in registers (one row per program); 16 warps up to FUSED_FEW_ROWS rows
 #   (3.5-4.1 us at M = 1..128; 4 warps: 4.8 at M = 1), 8 above (8.2 us at M = 512, 31.0 at
 #   2048, 106.3 at 8192: within 1% of the best shape there).
-# * F = 14336 up to FUSED_SINGLE_PASS_ROWS rows: the row in registers over 32 warps
-#   (9.5-9.7 us at M = 1..128 against 10.4-10.9 with 16; 35.6 at 512 against 37.1 for the
-#   two-pass loop); above, the quantizer's two-pass loop (134.0 us at 2048, 505.0 at 8192:
-#   the best shape within 0.3%).
+# * (RMSNorm) K = 14336 up to FUSED_SINGLE_PASS_ROWS rows: the row in registers over 32 warps;
+#   above, the quantizer's two-pass loop. (These were SiLU-mul's figures at F = 14336 with
+#   its earlier kernel: 9.5-9.7 us at M = 1..128 against 10.4-10.9 with 16 warps; 35.6 at 512
+#   against 37.1 for the two-pass loop; 134.0 us at 2048, 505.0 at 8192.)
+#
+# SiLU-mul (op="silu_mul") has shapes of its own since its kernel keeps p of the whole row in
+# registers (as DT) up to FUSED_SILU_MAX_SINGLE_PASS_K columns at every M (no second pass
+# recomputing SiLU), and takes tiles of any multiple of a power of two: the row is held as
+# BLOCK_K / CHUNK tensors of CHUNK columns (CHUNK the largest power of two dividing BLOCK_K),
+# so BLOCK_K is F rounded up to FUSED_SILU_GRANULE (2048, or a smaller power of two down to
+# FUSED_SILU_MIN_GRANULE where that would mask more than FUSED_SILU_MAX_WASTE of the tile)
+# instead of the next power of two: F = 14336 is 7 chunks of 2048 (the 16384-wide tile
+# computed 14% more elements than the row holds), 11008 is 11 of 1024 (16384: 49% more, 11264:
+# 2%). Its programs loop over
+# rows, FUSED_SILU_PROGRAMS_PER_SM per SM, loading the next row during this one.
+# The picks are reasoned from the sm_90 code (ptxas of Triton 3.9, bf16, F = 14336), not yet
+# timed: per element of a row, 43.5 instructions at 16 warps (28 values a thread, 111
+# registers: one program an SM, 16 warps), 48.9 at 32 warps (14 values, 63 registers: one
+# program, 32 warps), 41.4 at 8 warps but 204 registers (8 warps an SM: too few to hide the
+# IEEE division's dependent chain); the kernel it replaced ran 77.9 (32 warps, 16384 wide)
+# and 73.9 (the two-pass loop, per element of both passes). So 16 warps at every M, one
+# program an SM. F = 4096 at 16 warps takes 54 registers, where two programs an SM would fit.
+# To be measured on the H100 with
+#   python benchmarks/bench_fused_quant.py --out benchmarks/results/fused_quant_sweep_h100.json
+# (each candidate shape against the previous kernel at its previous pick), and the figures
+# and any better pick written here.
 FUSED_FEW_ROWS = 264  # two programs per SM of an H100 (132 SMs)
 FUSED_SINGLE_PASS_ROWS = 1024
 FUSED_MAX_SINGLE_PASS_K = 16384
+FUSED_SILU_MAX_SINGLE_PASS_K = 16384
+FUSED_SILU_GRANULE = 2048
+FUSED_SILU_MIN_GRANULE = 1024
+FUSED_SILU_MAX_WASTE = 0.03
+FUSED_SILU_FEW_ROWS_WARPS = 16
+FUSED_SILU_WARPS = 16
+FUSED_SILU_STREAM_BLOCK_K = 2048  # rows longer than FUSED_SILU_MAX_SINGLE_PASS_K (as the quantizer)
+FUSED_SILU_STREAM_WARPS = 8
+FUSED_SILU_PROGRAMS_PER_SM = 1
+
+
+def silu_tile_width(k: int, granule: int = FUSED_SILU_GRANULE) -> int:
+    """SiLU-mul's tile for rows of k columns: k rounded up to the largest power of two <= granule
+    (down to FUSED_SILU_MIN_GRANULE) that masks at most FUSED_SILU_MAX_WASTE of the tile."""
+    while True:
+        block_k = -(-k // granule) * granule
+        if granule <= FUSED_SILU_MIN_GRANULE or block_k - k <= FUSED_SILU_MAX_WASTE * block_k:
+            return block_k
+        granule //= 2
 
 
 @functools.lru_cache(maxsize=None)
-def fused_config(k: int, rows: int) -> PerTokenConfig:
-    """The launch config of the fused kernels for ``rows`` rows of ``k`` elements (measured above);
-    rows shorter than 2048 are packed as the quantizer packs them (``per_token_config``)."""
+def fused_config(k: int, rows: int, op: str = "rms_norm") -> PerTokenConfig:
+    """The launch config of the fused kernels (op: "rms_norm" or "silu_mul") for ``rows`` rows of
+    ``k`` elements (measured above); rows shorter than 2048 are packed as the quantizer packs
+    them (``per_token_config``)."""
+    assert op in ("rms_norm", "silu_mul"), op
     if k < 2048:
         return per_token_config(k)
+    if op == "silu_mul":
+        warps = FUSED_SILU_FEW_ROWS_WARPS if rows <= FUSED_FEW_ROWS else FUSED_SILU_WARPS
+        if k <= FUSED_SILU_MAX_SINGLE_PASS_K:
+            return PerTokenConfig(silu_tile_width(k), 1, True, warps)
+        return PerTokenConfig(FUSED_SILU_STREAM_BLOCK_K, 1, False, FUSED_SILU_STREAM_WARPS)
     block_k = triton.next_power_of_2(k)
     if k <= PER_TOKEN_MAX_SINGLE_PASS_K:
         return PerTokenConfig(block_k, 1, True, 16 if rows <= FUSED_FEW_ROWS else 8)
