@@ -1,6 +1,8 @@
 """Timings of the fused producer + quantization Triton kernels (w8a8/triton/fused_quant.py).
 
-    python benchmarks/bench_fused_quant.py [--out results.json] [--quick] [--warm-l2]
+    python benchmarks/bench_fused_quant.py [--out results.json] [--quick] [--warm-l2] [--rep MS]
+
+(~2 minutes on an H100 with a cold Triton cache, most of it compiling; --quick: under one.)
 
 SiLU-and-mul + per-token quantization (gate / up the halves of one [M, 2F] GEMM output, bf16):
 the kernel as it is now at its pick (``fused_config(F, M, op="silu_mul")``) and at candidate
@@ -258,7 +260,7 @@ def main() -> None:
     p.add_argument("--out", default=None)
     p.add_argument("--quick", action="store_true", help="the new kernel at its pick only (no shape sweep)")
     p.add_argument("--warm-l2", action="store_true", help="one buffer set: inputs L2-resident where they fit")
-    p.add_argument("--rep", type=int, default=20, help="ms of launches per CUDA graph (do_bench_cudagraph rep)")
+    p.add_argument("--rep", type=int, default=10, help="ms of launches per CUDA graph (do_bench_cudagraph rep)")
     ARGS = p.parse_args()
     dev = torch.device("cuda")
     SMS = torch.cuda.get_device_properties(dev).multi_processor_count
