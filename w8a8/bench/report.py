@@ -25,7 +25,7 @@ SERVING_M = (16, 32, 48, 64, 96, 128, 192, 256)
 # Every file in benchmarks/results: what it holds, and the command (on the GPU machine) that writes it.
 SOURCES = {
     "scaled_mm_h100.json": ("kernel grid: 8 Llama-3 shapes, M = 1..8192, every GEMM", f"{_MM} --tag h100"),
-    "scaled_mm_decode_h100.json": ("the kernel grid at M = 1, 2, 4", f"{_MM} --m 1,2,4 --tag decode_h100"),
+    "scaled_mm_decode_h100.json": ("the kernel grid at M = 1..16", f"{_MM} --m 1,2,4,5,8,16 --tag decode_h100"),
     "scaled_mm_skinnysweep_h100.json": ("M = 4..32: sm90, the swap-AB 128x16 tile, each skinny-GEMM K split",
                                         f"{_MM} --m 4,5,8,12,16,24,32 {_SWEEP} --tag skinnysweep_h100"),
     "scaled_mm_gemvsweep_h100.json": ("M = 1..16: sm90, the swap-AB 128x16 tile, each GEMV K split",
@@ -139,13 +139,12 @@ def peer_table(rows: list[dict]) -> list[str]:
 
 
 def decode_table() -> list[str]:
-    """x bf16 of the sm90 op at decode sizes: the GEMV (M <= 4), the skinny GEMM (M = 5..16)."""
-    gemv = _index(load("scaled_mm_decode_h100.json")["rows"])
-    skinny = _index(load("scaled_mm_skinnysweep_h100.json")["rows"])
+    """x bf16 of the sm90 op at decode sizes: the GEMV (M <= 4), the skinny GEMM or the 64x32 tile (M = 5..16)."""
+    rows = _index(load("scaled_mm_decode_h100.json")["rows"])
     body = []
     for n, k in _shapes(load("scaled_mm_decode_h100.json")["rows"]):
-        one = gemv[("w8a8 sm90", 1, n, k)]
-        cells = [gemv.get(("w8a8 sm90", m, n, k)) for m in (1, 2, 4)] + [skinny.get(("w8a8 sm90", m, n, k)) for m in (5, 8, 16)]
+        one = rows[("w8a8 sm90", 1, n, k)]
+        cells = [rows.get(("w8a8 sm90", m, n, k)) for m in (1, 2, 4, 5, 8, 16)]
         body.append([f"{n} x {k}", f"{one['us']:.1f}", f"{one['gbps'] / 1e3:.2f}"] + [_f(c and c["x_bf16"]) for c in cells])
     return _table(["N x K", "M=1 us", "M=1 TB/s", "M=1", "M=2", "M=4", "M=5", "M=8", "M=16"], body)
 
@@ -333,7 +332,8 @@ def render_markdown(plots: bool = True) -> str:
         "steps that persist over the following M are the ladder's):",
         "",
         *continuity_lines(),
-        *_h("Decode kernels (sm90; x bf16; the dp4a GEMV at M <= 4, the skinny GEMM at M = 5..16)"),
+        *_h("Decode sizes (sm90; x bf16; the dp4a GEMV at M <= 4, the skinny GEMM at M = 5..16 except on shapes >= 8192 "
+            "wide in N and K, which run the 64x32 tile)"),
         *decode_table(),
         *_h("Activation quantization (per token, bf16 in; us, % of the measured HBM read rate)"),
         *quant_table(),

@@ -87,17 +87,14 @@ def per_token_config(k: int) -> PerTokenConfig:
 # computed 14% more elements than the row holds), 11008 is 11 of 1024 (16384: 49% more, 11264:
 # 2%). Its programs loop over
 # rows, FUSED_SILU_PROGRAMS_PER_SM per SM, loading the next row during this one.
-# The picks are reasoned from the sm_90 code (ptxas of Triton 3.9, bf16, F = 14336), not yet
-# timed: per element of a row, 43.5 instructions at 16 warps (28 values a thread, 111
-# registers: one program an SM, 16 warps), 48.9 at 32 warps (14 values, 63 registers: one
-# program, 32 warps), 41.4 at 8 warps but 204 registers (8 warps an SM: too few to hide the
-# IEEE division's dependent chain); the kernel it replaced ran 77.9 (32 warps, 16384 wide)
-# and 73.9 (the two-pass loop, per element of both passes). So 16 warps at every M, one
-# program an SM. F = 4096 at 16 warps takes 54 registers, where two programs an SM would fit.
-# To be measured on the H100 with
-#   python benchmarks/bench_fused_quant.py --out benchmarks/results/fused_quant_sweep_h100.json
-# (each candidate shape against the previous kernel at its previous pick), and the figures
-# and any better pick written here.
+# Per element of a row (ptxas of Triton 3.9, bf16, F = 14336): 43.5 instructions at 16 warps
+# (111 registers: one program an SM), 48.9 at 32 warps, 41.4 at 8 warps but 204 registers (too
+# few warps to hide the IEEE division's dependent chain); the kernel it replaced ran 77.9 (32
+# warps, 16384 wide) and 73.9 (its two-pass loop). Measured on the H100 (F = 14336, inputs
+# rotated past L2, against that kernel at its own pick): 4.7 us at M = 1 (old 9.4), 8.2 at
+# 128 (10.4), 19.0 at 512 (36.6; 64% of the HBM time), 61.1 at 2048 (132.8; 80%), 225.7 at
+# 8192 (504.4; 87%); 1.1-2.4x the old kernel at F = 4096..11008. 32 warps is 1-6% faster at
+# M = 64..1024 and slower above; 16 warps at every M, one program an SM.
 FUSED_FEW_ROWS = 264  # two programs per SM of an H100 (132 SMs)
 FUSED_SINGLE_PASS_ROWS = 1024
 FUSED_MAX_SINGLE_PASS_K = 16384
