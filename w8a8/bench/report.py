@@ -57,6 +57,10 @@ SOURCES = {
     "scaled_mm_continuity_h100.json": ("sm90, every M of 1..256 on the Llama-3-8B shapes",
                                        f"{_MM} --backends sm90 --m 1,2,...,256 --shapes "
                                        "6144x4096,4096x4096,28672x4096,4096x14336 --tag continuity_h100"),
+    "scaled_mm_steps_h100.json": ("M = 65..256 around the 64 / 128 tile edges: five tiles named beside the ladder, "
+                                  "the Llama-3-8B shapes", f"{_MM} --backends sm90 --m 65,72,80,96,112,128,129,136,144,160,"
+                                  "192,224,256 --shapes 6144x4096,4096x4096,28672x4096,4096x14336 --configs <those entries> "
+                                  "--tag steps_h100"),
     "split_k_serving_h100.json": ("split-K / stream-K of the 128-row tiles at M = 32..128, N = 4096 / 6144",
                                   "python -m w8a8 bench --out benchmarks/results --suites split_k --sweep --m 32,64,128 "
                                   "--shapes 4096x4096,6144x4096,4096x14336 --tag serving_h100"),
