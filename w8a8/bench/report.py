@@ -22,6 +22,7 @@ DOCS = ROOT / "docs"
 _MM = "python -m w8a8 bench --out benchmarks/results --suites scaled_mm"
 _SWEEP = "--shapes 4096x4096,6144x4096,12288x4096,28672x4096,4096x14336,8192x8192,57344x8192,8192x28672 --configs <those entries>"
 SERVING_M = (16, 32, 48, 64, 96, 128, 192, 256)
+_SERVING = f"{_MM},linear --m {','.join(map(str, SERVING_M))} --tag serving_h100"
 # Every file in benchmarks/results: what it holds, and the command (on the GPU machine) that writes it.
 SOURCES = {
     "scaled_mm_h100.json": ("kernel grid: 8 Llama-3 shapes, M = 1..8192, every GEMM", f"{_MM} --tag h100"),
@@ -50,10 +51,8 @@ SOURCES = {
     "scaled_mm_tilesweep_h100.json": ("M = 5..128: the non-persistent 64-row sm90 tiles beside the ladder's and the skinny GEMM",
                                       f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 16,32,48,64,96,128 "
                                       "--configs <those entries> --tag tilesweep_h100 (and --m 5,8,12,16,24)"),
-    "scaled_mm_serving_h100.json": ("the serving regime, M = 16..256, every GEMM",
-                                    f"{_MM},linear --m {','.join(map(str, SERVING_M))} --tag serving_h100"),
-    "linear_serving_h100.json": ("`W8A8Linear` end to end, M = 16..256 (same command)",
-                                 f"{_MM},linear --m {','.join(map(str, SERVING_M))} --tag serving_h100"),
+    "scaled_mm_serving_h100.json": ("the serving regime, M = 16..256, every GEMM", _SERVING),
+    "linear_serving_h100.json": ("`W8A8Linear` end to end, M = 16..256", _SERVING),
     "scaled_mm_continuity_h100.json": ("sm90, every M of 1..256 on the Llama-3-8B shapes",
                                        f"{_MM} --backends sm90 --m 1,2,...,256 --shapes "
                                        "6144x4096,4096x4096,28672x4096,4096x14336 --tag continuity_h100"),
