@@ -13,6 +13,7 @@ from w8a8.calibrate import calibrate, llama_mappings, smooth
 from w8a8.checkpoint import CheckpointError, from_pretrained, load_quantized, save_quantized
 from w8a8.config import W8A8Config
 from w8a8.fuse import FusionReport, fuse_model, unfuse_model
+from w8a8.generation import Generator
 from w8a8.linear import QuantizedActivation, W8A8Linear
 from w8a8.ops import linear, quantize_per_token, quantize_static, rms_norm_quant, scaled_mm, silu_mul_quant
 from w8a8.quantize_model import QuantizationReport, quantize_model
@@ -21,6 +22,7 @@ __all__ = [
     "BACKENDS",
     "CheckpointError",
     "FusionReport",
+    "Generator",
     "QuantizationReport",
     "QuantizedActivation",
     "W8A8Config",

@@ -8,7 +8,9 @@ Suites on one harness (``harness.py``):
   unless ``--shapes`` / ``--m`` are given; CUDA only);
 * ``sm80``: the Ampere kernels named on this GPU over M = 1..512 (the ladder's continuity);
 * ``model``: transformers' LlamaForCausalLM at Llama-3-8B widths, bf16 vs W8A8, eager and
-  compiled (``model.py``).
+  compiled (``model.py``);
+* ``generate``: the same model generating greedily, bf16 vs W8A8: prefill, decode per token,
+  tokens/s, with ``w8a8.Generator`` and transformers' own generate (``generate.py``).
 
 Results go to ``OUT/<suite>_<tag>.json``; ``python -m w8a8.bench.report`` turns committed results into docs/PERFORMANCE.md.
 """
@@ -20,7 +22,7 @@ import sys
 
 import torch
 
-SUITES = ("scaled_mm", "linear", "split_k", "sm80", "model")
+SUITES = ("scaled_mm", "linear", "split_k", "sm80", "model", "generate")
 # The suites `python -m w8a8 bench` runs when --suites is not given.
 DEFAULT_SUITES = ("scaled_mm", "linear")
 
@@ -53,12 +55,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--configs", default="", help="scaled_mm suite: comma list of sm90 config names to time beside "
                    "the heuristic (python -m w8a8 info lists them)")
-    p.add_argument("--layers", type=int, default=None, help="model suite: decoder layers (default 4; tiny: 2)")
+    p.add_argument("--layers", type=int, default=None,
+                   help="model / generate suites: decoder layers (default 4 / 32; tiny: 2)")
     p.add_argument("--size", choices=("llama3-8b", "tiny"), default=None,
                    help="model suite: widths (default llama3-8b on CUDA, tiny on the CPU)")
     p.add_argument("--modes", default=None, help="model suite: comma list of eager, compile (default: both)")
     p.add_argument("--variants", default=None,
                    help="model suite: comma list of w8a8, w8a8-unfused, w8a8-unmerged (default: w8a8)")
+    p.add_argument("--prompts", type=_ints, default=None, help="generate suite: prompt lengths (default 128,2048)")
+    p.add_argument("--batches", type=_ints, default=None, help="generate suite: batch sizes (default 1,16,64)")
+    p.add_argument("--new-tokens", type=int, default=None, help="generate suite: greedy tokens per prompt (default 128)")
+    p.add_argument("--recipes", default=None,
+                   help="generate suite: comma list of graph, eager, hf-compile (default: graph,eager)")
     p.add_argument("--out", default=None, help="folder for <suite>_<tag>.json (default: print only)")
     p.add_argument("--tag", default=None, help="file name tag (default: h100 / h200 / cpu ... from the device)")
 
@@ -86,7 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
     from tqdm.auto import tqdm
 
     from w8a8 import dispatch
-    from w8a8.bench import harness, linear, model, scaled_mm, sm80, split_k
+    from w8a8.bench import generate, harness, linear, model, scaled_mm, sm80, split_k
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     chosen = args.backends.split(",") if args.backends else _default_backends(device)
@@ -105,8 +113,8 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
     ceilings = harness.measure_ceilings(device)
     results = {}
     for suite in suites:
-        if suite == "model":  # its own grid, table and file
-            results[suite] = model.main(args, device, ceilings)
+        if suite in ("model", "generate"):  # their own grids, tables and files
+            results[suite] = (model if suite == "model" else generate).main(args, device, ceilings)
             continue
         default_shapes, default_m = {"split_k": (split_k.SHAPES, split_k.M_VALUES),
                                      "sm80": (sm80.SHAPES, sm80.M_VALUES)}.get(suite, (harness.DEFAULT_NK,

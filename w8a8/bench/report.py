@@ -65,6 +65,9 @@ SOURCES = {
                                   "--shapes 4096x4096,6144x4096,4096x14336 --tag serving_h100"),
     "fused_quant_sweep_h100.json": ("launch shapes of the fused norm / SiLU-and-mul quantizers",
                                     "python benchmarks/bench_fused_quant.py --out benchmarks/results/fused_quant_sweep_h100.json"),
+    "generate_h100.json": ("greedy generation, transformers Llama at Llama-3-8B widths, 32 layers: w8a8.Generator "
+                           "(CUDA graphs) and transformers' eager generate, bf16 vs W8A8",
+                           "python -m w8a8 bench --out benchmarks/results --suites generate"),
     "tp_mlp_h200x2.json": ("tensor-parallel MLP block, 2 GPUs", "NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 "
                            "python -m w8a8.bench.tp --out benchmarks/results --tag h200x2"),
 }
@@ -235,6 +238,24 @@ def model_table(mode: str) -> list[str]:
                    "unfused x bf16 (% of bound)"], out)
 
 
+def generate_table() -> list[str]:
+    """The generation suite: prefill and decode per recipe, bf16 and W8A8 side by side."""
+    doc = load("generate_h100.json")
+    at = {(r["recipe"], r["impl"], r["prompt"], r["batch"]): r for r in doc["rows"]}
+    out = []
+    for (recipe, _, prompt, batch), w in at.items():
+        b = at.get((recipe, "bf16", prompt, batch))
+        if w["impl"] != "w8a8" or b is None or "decode_ms" not in w:
+            continue
+        out.append([recipe, str(prompt), str(batch), f"{b['prefill_ms']:.1f} / {w['prefill_ms']:.1f}",
+                    f"{w['x_bf16_prefill']:.2f}", f"{b['decode_ms']:.2f} / {w['decode_ms']:.2f}",
+                    f"{b['tokens_per_s']:.0f} / {w['tokens_per_s']:.0f}", f"**{w['x_bf16_decode']:.2f}**",
+                    _f(w.get("decode_over_kernels"))])
+    return _table(["recipe", "prompt", "batch", "prefill ms (bf16 / w8a8)", "prefill x bf16",
+                   "decode ms/token (bf16 / w8a8)", "tokens/s (bf16 / w8a8)", "decode x bf16",
+                   "w8a8 decode / kernel sum"], out)
+
+
 def model_summary(mode: str) -> str:
     """The model suite in one line: the ranges of x bf16 and of the fraction of the bound."""
     rows = load("model_h100.json")["rows"]
@@ -313,6 +334,18 @@ def render_markdown(plots: bool = True) -> str:
         "",
         *model_table("compile"),
         *(["", "![model speed-ups](model_h100.png)"] if plots else []),
+        *_h("Generation: greedy `generate`, transformers Llama at Llama-3-8B widths"),
+        "`LlamaForCausalLM` as above with 32 decoder layers (Llama-3-8B's depth), random weights, lm_head bf16; "
+        "random prompts, 128 greedy tokens. `graph`: `w8a8.Generator(model, prefill_graphs=True)` "
+        "(docs/INFERENCE.md, Generation), the same for both models: prefill is the prompt's forward (a CUDA graph "
+        "up to 4096 tokens, eager above), median of 3; decode is the wall time per token of 127 graph replays, "
+        "median of 3; the kernel sum is one eager step's CUDA kernel times (profiler). `eager`: transformers' "
+        "`model.generate` as it runs by default (dynamic cache, no graphs), 16 tokens timed. "
+        "The batch-64 / 2048-token point has the graph recipe only (the run's time cap ended it during the eager "
+        "recipe).",
+        "",
+        *generate_table(),
+        *(["", "![generation speed-ups](generate_h100.png)"] if plots else []),
         *_h("Kernel: `scaled_mm`, int8 activations in (x bf16)"),
         *m_table(kern, "w8a8 sm90"),
         "",
@@ -398,6 +431,17 @@ def _plots() -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(DOCS / "model_h100.png", dpi=80)
+    gen = [r for r in load("generate_h100.json")["rows"] if r["recipe"] == "graph" and r["impl"] == "w8a8"]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for prompt, style in ((128, "o-"), (2048, "s-")):
+        for key, label in (("x_bf16_decode", "decode"), ("x_bf16_prefill", "prefill")):
+            pts = sorted((r["batch"], r[key]) for r in gen if r["prompt"] == prompt)
+            ax.plot(*zip(*pts), style if key == "x_bf16_decode" else style[0] + ":", label=f"{label}, prompt {prompt}")
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="batch", ylabel="W8A8 x bf16", title="greedy generation, w8a8.Generator, Llama-3-8B widths, 32 layers, H100")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(DOCS / "generate_h100.png", dpi=80)
     fig, ax = plt.subplots(figsize=(8, 5))
     for impl in PEERS:
         ax.scatter(*zip(*[(r["M"], r["pct_of_bound"]) for r in kern if r["impl"] == impl]), label=impl, s=14)

@@ -390,6 +390,26 @@ def _load_row(g_ptr, u_ptr, rows, R, F, stride_gr, stride_ur, cols, CHUNK: tl.co
 
 
 @triton.jit
+def _silu_store_codes(q_rows, tile, g_rows, u_rows, cols, row_in, F, safe_scale, quantizable, recip,
+                      FAST: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_K: tl.constexpr, CHUNK: tl.constexpr,
+                      N_CHUNKS: tl.constexpr, DT: tl.constexpr):
+    """The codes of the rows at hand: from the kept products in ``tile`` (SINGLE_PASS) or from
+    a second pass over gate and up; FAST picks the reciprocal quantizer (_silu_quantize_tile)."""
+    if SINGLE_PASS:
+        for c in tl.static_range(N_CHUNKS):
+            mask = row_in[:, None] & (cols + c * CHUNK < F)
+            _silu_quantize_tile(q_rows + c * CHUNK, _kept(tile, c, N_CHUNKS, DT), cols, mask, safe_scale, quantizable,
+                                recip, FAST)
+    else:
+        for k0 in range(0, F, BLOCK_K):
+            for c in tl.static_range(N_CHUNKS):
+                mask = row_in[:, None] & (cols + (k0 + c * CHUNK) < F)
+                x = _product(g_rows + (k0 + c * CHUNK), u_rows + (k0 + c * CHUNK), cols, mask, DT)
+                _silu_quantize_tile(q_rows + (k0 + c * CHUNK), _to_dt(x, DT).to(tl.float32), cols, mask, safe_scale,
+                                    quantizable, recip, FAST)
+
+
+@triton.jit
 def _silu_mul_quant_kernel(
     g_ptr,  # [R, F] fp16/bf16/fp32, row stride stride_gr, unit column stride
     u_ptr,  # [R, F] gate's dtype, row stride stride_ur, unit column stride
@@ -430,10 +450,10 @@ def _silu_mul_quant_kernel(
         u_rows = u_ptr + rows64[:, None] * stride_ur
         out = rows64[:, None] * F
         m = tl.zeros([ROWS, CHUNK], dtype=tl.int32)
+        tile = ()  # SINGLE_PASS: the row's kept products, packed (an empty tuple when streaming)
         if SINGLE_PASS:
             gs, us = g_next, u_next
             g_next, u_next = _load_row(g_ptr, u_ptr, rows + step, R, F, stride_gr, stride_ur, cols, CHUNK, N_CHUNKS)
-            tile = ()
             previous = m  # (the even chunk waiting for its pair; set before it is read)
             for c in tl.static_range(N_CHUNKS):
                 x = _silu(gs[c].to(tl.float32), DT) * us[c].to(tl.float32)
@@ -469,36 +489,16 @@ def _silu_mul_quant_kernel(
         fast = (quantizable & (scale >= _MIN_RECIPROCAL_SCALE)) | ~row_in
         recip = tl.math.div_rn(tl.full([ROWS], 1.0, tl.float32), safe_scale)
         if tl.min(fast.to(tl.int32), axis=0) == 1:
-            if SINGLE_PASS:
-                for c in tl.static_range(N_CHUNKS):
-                    mask = row_in[:, None] & (cols + c * CHUNK < F)
-                    _silu_quantize_tile(q_ptr + out + c * CHUNK, _kept(tile, c, N_CHUNKS, DT), cols, mask, safe_scale,
-                                        quantizable, recip, True)
-            else:
-                for k0 in range(0, F, BLOCK_K):
-                    for c in tl.static_range(N_CHUNKS):
-                        mask = row_in[:, None] & (cols + (k0 + c * CHUNK) < F)
-                        x = _product(g_rows + (k0 + c * CHUNK), u_rows + (k0 + c * CHUNK), cols, mask, DT)
-                        _silu_quantize_tile(q_ptr + out + (k0 + c * CHUNK), _to_dt(x, DT).to(tl.float32), cols, mask,
-                                            safe_scale, quantizable, recip, True)
+            _silu_store_codes(q_ptr + out, tile, g_rows, u_rows, cols, row_in, F, safe_scale, quantizable, recip, True,
+                              SINGLE_PASS, BLOCK_K, CHUNK, N_CHUNKS, DT)
         elif tl.max(quantizable.to(tl.int32), axis=0) == 0:  # zero rows, rows holding Inf/NaN: codes 0
             for k0 in range(0, F, BLOCK_K):
                 for c in tl.static_range(N_CHUNKS):
                     mask = row_in[:, None] & (cols + (k0 + c * CHUNK) < F)
                     tl.store(q_ptr + out + (k0 + c * CHUNK) + cols, tl.zeros([ROWS, CHUNK], dtype=tl.int8), mask=mask)
         else:
-            if SINGLE_PASS:
-                for c in tl.static_range(N_CHUNKS):
-                    mask = row_in[:, None] & (cols + c * CHUNK < F)
-                    _silu_quantize_tile(q_ptr + out + c * CHUNK, _kept(tile, c, N_CHUNKS, DT), cols, mask, safe_scale,
-                                        quantizable, recip, False)
-            else:
-                for k0 in range(0, F, BLOCK_K):
-                    for c in tl.static_range(N_CHUNKS):
-                        mask = row_in[:, None] & (cols + (k0 + c * CHUNK) < F)
-                        x = _product(g_rows + (k0 + c * CHUNK), u_rows + (k0 + c * CHUNK), cols, mask, DT)
-                        _silu_quantize_tile(q_ptr + out + (k0 + c * CHUNK), _to_dt(x, DT).to(tl.float32), cols, mask,
-                                            safe_scale, quantizable, recip, False)
+            _silu_store_codes(q_ptr + out, tile, g_rows, u_rows, cols, row_in, F, safe_scale, quantizable, recip, False,
+                              SINGLE_PASS, BLOCK_K, CHUNK, N_CHUNKS, DT)
 
 
 # --- host wrappers -----------------------------------------------------------------------------
