@@ -149,14 +149,19 @@ class Generator:
 
     # --- slots ---------------------------------------------------------------------------------
 
+    def _greedy(self, slot: _Slot, **inputs) -> torch.Tensor:
+        """The model's forward on ``inputs`` into the slot's cache: its last logits [B, V]; the
+        greedy token goes into ``slot.ids``."""
+        with self._attention():
+            out = self.model(**inputs, past_key_values=slot.cache, use_cache=True, logits_to_keep=1)
+        logits = out.logits[:, -1]
+        slot.ids.copy_(logits.argmax(-1, keepdim=True))
+        return logits
+
     def _step(self, slot: _Slot) -> torch.Tensor:
         """One decode step on the slot's buffers: logits [B, V] of the token in ``slot.ids``; the
         greedy token goes back into ``slot.ids`` and the position advances."""
-        with self._attention():
-            out = self.model(input_ids=slot.ids, position_ids=slot.position, past_key_values=slot.cache,
-                             use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1]
-        slot.ids.copy_(logits.argmax(-1, keepdim=True))
+        logits = self._greedy(slot, input_ids=slot.ids, position_ids=slot.position)
         slot.position.add_(1)
         return logits
 
@@ -210,10 +215,7 @@ class Generator:
     def _prefill_step(self, slot: _Slot, input_ids: torch.Tensor) -> torch.Tensor:
         """The prompt's forward into the (reset) cache: its last logits [B, V]; the greedy token
         and its position go into the slot's buffers."""
-        with self._attention():
-            out = self.model(input_ids=input_ids, past_key_values=slot.cache, use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1]
-        slot.ids.copy_(logits.argmax(-1, keepdim=True))
+        logits = self._greedy(slot, input_ids=input_ids)
         slot.position.fill_(input_ids.shape[1])
         return logits
 

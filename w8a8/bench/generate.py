@@ -36,6 +36,8 @@ import traceback
 
 import torch
 
+from w8a8.bench.model import _sync
+
 REPEATS = 3
 RECIPES = ("graph", "eager", "hf-compile")
 DEFAULT_RECIPES = ("graph", "eager")
@@ -45,11 +47,6 @@ NEW_TOKENS = 128
 # eager decode is bound by Python (about 0.1 s a token at 32 layers on the H100's host): fewer tokens time it
 EAGER_NEW_TOKENS = 16
 LAYERS = 32
-
-
-def _sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _wall(fn, device) -> float:
@@ -134,6 +131,10 @@ def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, s
     q = copy.deepcopy(bf16)
     w8a8.quantize_model(q, skip=("lm_head",), progress=False)
     models = {"bf16": bf16, "w8a8": q}
+    described = {"kind": "generate", "model": "transformers LlamaForCausalLM, random weights, SDPA attention",
+                 "size": size, "layers": layers, "lm_head": "bf16 (quantize_model skip)", "greedy": True,
+                 "new_tokens": new_tokens, "eager_new_tokens": EAGER_NEW_TOKENS, "repeats": REPEATS,
+                 "recipes": list(recipes)}
     gen = torch.Generator().manual_seed(0)
     rows = []
     for prompt in prompts:
@@ -160,15 +161,8 @@ def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, s
                         w["x_bf16_prefill_eager"] = round(b["prefill_eager_ms"] / w["prefill_eager_ms"], 3)
                 print(markdown_table(rows[-2:], header=not rows[:-2]), flush=True)
                 if checkpoint is not None:
-                    checkpoint(rows, _described(size, layers, new_tokens, recipes))
-    return rows, _described(size, layers, new_tokens, recipes)
-
-
-def _described(size, layers, new_tokens, recipes) -> dict:
-    return {"kind": "generate", "model": "transformers LlamaForCausalLM, random weights, SDPA attention",
-                 "size": size, "layers": layers, "lm_head": "bf16 (quantize_model skip)", "greedy": True,
-                 "new_tokens": new_tokens, "eager_new_tokens": EAGER_NEW_TOKENS, "repeats": REPEATS,
-                 "recipes": list(recipes)}
+                    checkpoint(rows, described)
+    return rows, described
 
 
 def markdown_table(rows: list[dict], header: bool = True) -> str:
