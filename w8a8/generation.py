@@ -29,11 +29,15 @@ Without a GPU (or with ``cuda_graph=False``) the same step runs eagerly: same ca
 kernels, the reference the graph is tested against.
 
 Attention: while it runs, the model's "sdpa" attention is swapped for ATTENTION, which is
-transformers' SDPA path except for one-token queries with grouped KV heads: there the
-queries of each KV head go to SDPA as rows of one head ([B, H, 1, D] as [B, H_kv, H / H_kv,
-D]) instead of copying every KV head H / H_kv times (transformers < 5.23 copies the whole
-static cache that way every step; 5.23 packs like this too). Same math, and the same for
-every model the Generator runs, quantized or not.
+transformers' SDPA path except for one-token queries. With the kernels (``kernels``, on by
+default on a GPU) those run ``w8a8.triton.generation.decode_attention`` over the filled
+part of the slot's cache (the layer's ``cumulative_length``, read on the device); without,
+SDPA with the queries of each KV head as rows of one head ([B, H, 1, D] as [B, H_kv,
+H / H_kv, D]) instead of copying every KV head H / H_kv times (transformers < 5.23 copies
+the whole static cache that way every step). The kernels also replace, inside the steps,
+the modeling module's ``apply_rotary_pos_emb`` (``_FusedRope``: bit-identical, checked on
+its first call) and each ``StaticLayer``'s ``update`` (one ``cache_write`` launch). The same
+for every model the Generator runs, quantized or not.
 
 Greedy only, one prompt length per call (no padding: ``attention_mask`` is not taken); a
 row that produced ``eos_token_id`` gets ``pad_token_id`` afterwards, as transformers'
@@ -43,6 +47,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import sys
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -63,21 +70,95 @@ STOP_CHECK = 16
 
 # The attention implementation the Generator's steps run (registered with transformers on first use).
 ATTENTION = "w8a8_sdpa"
+# The slot whose step is running (set by Generator._steps): its cache gives the decode
+# kernel the number of filled positions. None outside a step.
+_ACTIVE: "_Slot | None" = None
 
 
 def _sdpa_packed_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """transformers' SDPA attention, except one-token queries with grouped KV heads (module docstring)."""
+    """transformers' SDPA attention, except one-token queries (module docstring)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     groups = getattr(module, "num_key_value_groups", 1)
-    if (query.shape[2] != 1 or groups == 1 or dropout or kwargs.get("position_bias") is not None
-            or (attention_mask is not None and attention_mask.shape[1] != 1)):
+    one_token = (query.shape[2] == 1 and not dropout and kwargs.get("position_bias") is None
+                 and kwargs.get("softcap") is None and kwargs.get("s_aux") is None)
+    layer = _decode_layer(module, key) if one_token else None
+    if layer is not None and triton_generation().decode_attention_supported(query, key, value, attention_mask):
+        return triton_generation().decode_attention(query, key, value, attention_mask, layer.cumulative_length,
+                                                    scaling), None
+    if not one_token or groups == 1 or (attention_mask is not None and attention_mask.shape[1] != 1):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     batch, heads, _, dim = query.shape
     out = F.scaled_dot_product_attention(query.reshape(batch, heads // groups, groups, dim), key, value,
                                          attn_mask=attention_mask, scale=scaling)
     return out.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
+
+
+def _decode_layer(module, key: torch.Tensor):
+    """The running slot's cache layer whose keys ``key`` is, when the slot runs the kernels."""
+    slot = _ACTIVE
+    if slot is None or not slot.kernels:
+        return None
+    layers = getattr(slot.cache, "layers", ())
+    index = getattr(module, "layer_idx", None)
+    if index is None or not 0 <= index < len(layers):
+        return None
+    layer = layers[index]
+    return layer if getattr(layer, "keys", None) is key and torch.is_tensor(layer.cumulative_length) else None
+
+
+def triton_generation():
+    """w8a8.triton.generation (imported on first use: Triton is not needed without the kernels)."""
+    from w8a8.triton import generation
+
+    return generation
+
+
+class _FusedRope:
+    """Stands in for a modeling module's ``apply_rotary_pos_emb`` during the steps of a slot
+    that runs the kernels: one launch of ``w8a8.triton.generation.rope`` instead of the
+    function's ten. Checked once against the function it replaces, on the first call it
+    takes (the outputs must be equal, bit for bit); if they differ, the function stays."""
+
+    checked: dict = {}  # original function -> True (equal) / False (differs, not replaced)
+
+    def __init__(self, original) -> None:
+        self.original = original
+
+    def __call__(self, q, k, cos, sin, *args, **kwargs):
+        kernels = triton_generation()
+        slot = _ACTIVE
+        if (slot is None or not slot.kernels or args or kwargs or self.checked.get(self.original) is False
+                or not kernels.rope_supported(q, k, cos, sin)):
+            return self.original(q, k, cos, sin, *args, **kwargs)
+        out = kernels.rope(q, k, cos, sin)
+        if self.original not in self.checked:  # the first call: outside any graph capture (warm-up or eager)
+            expected = self.original(q, k, cos, sin)
+            self.checked[self.original] = same = all(torch.equal(a, b) for a, b in zip(out, expected))
+            if not same:
+                warnings.warn(f"w8a8.Generator: {self.original.__module__}.apply_rotary_pos_emb does not match "
+                              "the fused rotary kernel; keeping the model's own", stacklevel=2)
+                return expected
+        return out
+
+
+def _fused_update(layer):
+    """A StaticCache layer's ``update`` as one ``cache_write`` launch and the length's add_
+    (transformers: arange, add, add_ and two index_copy_); its first call (which allocates
+    the layer) and anything the kernel does not take go to the layer's own."""
+    original = layer.update
+
+    def update(key_states, value_states, *args, **kwargs):
+        kernels = triton_generation()
+        if (not getattr(layer, "is_initialized", False) or not torch.is_tensor(layer.cumulative_length)
+                or not kernels.cache_write_supported(layer.keys, layer.values, key_states, value_states)):
+            return original(key_states, value_states, *args, **kwargs)
+        kernels.cache_write(layer.keys, layer.values, key_states, value_states, layer.cumulative_length)
+        layer.cumulative_length.add_(key_states.shape[-2])
+        return layer.keys, layer.values
+
+    return update
 
 
 def _register_attention() -> None:
@@ -97,6 +178,7 @@ class _Slot:
     position: torch.Tensor  # [1, 1] int64: that token's position
     logits: torch.Tensor | None = None  # [B, V]: the last step's logits (the graph's output buffer)
     graph: torch.cuda.CUDAGraph | None = None
+    kernels: bool = False  # the steps run w8a8.triton.generation's kernels (Generator's ``kernels``)
     # prefill_graphs: prompt length -> (graph, its input ids [B, P], its last logits [B, V])
     prefills: dict = dataclasses.field(default_factory=dict)
 
@@ -119,12 +201,20 @@ class Generator:
         the H100 the logits were 1 bf16 ulp apart from the first decoder layer's output on,
         bf16 and W8A8 models alike; the cause is not found). The decode graph is bit-identical
         to the eager step.
+    kernels : run the steps' rotary embedding, cache write and one-token attention in
+        ``w8a8.triton.generation``'s kernels (default: on a CUDA device; on the CPU only in
+        Triton's interpreter). Off: transformers' own code and SDPA.
     """
 
-    def __init__(self, model: nn.Module, cuda_graph: bool | None = None, prefill_graphs: bool = False) -> None:
+    def __init__(self, model: nn.Module, cuda_graph: bool | None = None, prefill_graphs: bool = False,
+                 kernels: bool | None = None) -> None:
         device = next(model.parameters()).device
         if cuda_graph and device.type != "cuda":
             raise ValueError(f"w8a8.Generator: cuda_graph=True needs the model on a CUDA device, it is on {device}")
+        if kernels and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError(f"w8a8.Generator: kernels=True needs the model on a CUDA device (or Triton's "
+                             f"interpreter, TRITON_INTERPRET=1), it is on {device}")
+        self.kernels = device.type == "cuda" if kernels is None else kernels
         self.model = model
         self.device = device
         self.cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
@@ -133,26 +223,42 @@ class Generator:
         self.prefill_graphs = prefill_graphs
         self._slots: dict[tuple[int, int], _Slot] = {}
         self._pool = None  # one CUDA graph memory pool for every slot's graph
+        # the modeling modules whose attention calls a module-level apply_rotary_pos_emb
+        self._rope_modules = sorted({sys.modules[type(m).__module__] for m in model.modules()
+                                     if hasattr(m, "layer_idx") and callable(getattr(
+                                         sys.modules[type(m).__module__], "apply_rotary_pos_emb", None))},
+                                    key=lambda mod: mod.__name__)
         _register_attention()
 
     @contextlib.contextmanager
-    def _attention(self):
-        """The model's config names ATTENTION instead of "sdpa" inside the block (restored after)."""
+    def _steps(self, slot: _Slot):
+        """Inside the block the model runs the slot's steps: its config names ATTENTION instead
+        of "sdpa" and, with the kernels, its modeling modules' apply_rotary_pos_emb is a
+        _FusedRope (both restored after)."""
+        global _ACTIVE
         config = self.model.config
         before = config._attn_implementation
+        ropes = {mod: mod.apply_rotary_pos_emb for mod in self._rope_modules} if slot.kernels else {}
         if before == "sdpa":
             config._attn_implementation = ATTENTION
+        for mod, original in ropes.items():
+            if not isinstance(original, _FusedRope):
+                mod.apply_rotary_pos_emb = _FusedRope(original)
+        _ACTIVE = slot
         try:
             yield
         finally:
+            _ACTIVE = None
             config._attn_implementation = before
+            for mod, original in ropes.items():
+                mod.apply_rotary_pos_emb = original
 
     # --- slots ---------------------------------------------------------------------------------
 
     def _greedy(self, slot: _Slot, **inputs) -> torch.Tensor:
         """The model's forward on ``inputs`` into the slot's cache: its last logits [B, V]; the
         greedy token goes into ``slot.ids``."""
-        with self._attention():
+        with self._steps(slot):
             out = self.model(**inputs, past_key_values=slot.cache, use_cache=True, logits_to_keep=1)
         logits = out.logits[:, -1]
         slot.ids.copy_(logits.argmax(-1, keepdim=True))
@@ -175,7 +281,11 @@ class Generator:
 
         slot = _Slot(cache=StaticCache(config=self.model.config, max_cache_len=cache_len),
                      ids=torch.zeros(batch, 1, dtype=torch.long, device=self.device),
-                     position=torch.zeros(1, 1, dtype=torch.long, device=self.device))
+                     position=torch.zeros(1, 1, dtype=torch.long, device=self.device), kernels=self.kernels)
+        if self.kernels:
+            for layer in slot.cache.layers:
+                if type(layer).__name__ == "StaticLayer":  # not the sliding-window kinds: they write elsewhere
+                    layer.update = _fused_update(layer)
         if self.cuda_graph:
             with torch.inference_mode():
                 self._capture(slot)

@@ -9,13 +9,16 @@
 * each point: batch B of random prompts of P tokens, ``--new-tokens`` N greedy tokens.
 * recipes, the same for both models:
   - ``graph``: ``w8a8.Generator(model, prefill_graphs=True)`` (the prompt's forward and the
-    decode step captured in CUDA graphs; w8a8/generation.py). prefill: median wall time of
+    decode step captured in CUDA graphs, the step's rotary embedding, cache write and
+    decode attention in Triton kernels; w8a8/generation.py). prefill: median wall time of
     REPEATS prompt replays (``prefill_eager_ms``: the same forward run eagerly); decode: median
     over REPEATS of the wall time of N - 1 steps as ``generate`` runs them (one replay and one
     token copy each, synchronised at the end), per token. ``step_gpu_us``: the sum of the
     CUDA kernel times of one eager step (the graph replays exactly those kernels; profiler,
     median of 3), and ``decode_over_kernels`` = decode time per token / step_gpu_us (1.0: no
     host overhead). The first call (both captures and one generate) takes ``capture_s``.
+  - ``graph-plain``: the same with ``kernels=False`` (transformers' own rotary embedding and
+    cache write, SDPA attention): what the kernels bring. Not in the default recipes.
   - ``eager``: ``model.generate(do_sample=False)`` as transformers runs it by default
     (dynamic cache, eager): one timed call of EAGER_NEW_TOKENS tokens after a warm-up; decode
     per token is (that time - the time of a 1-token call) / (EAGER_NEW_TOKENS - 1).
@@ -39,7 +42,7 @@ import torch
 from w8a8.bench.model import _sync
 
 REPEATS = 3
-RECIPES = ("graph", "eager", "hf-compile")
+RECIPES = ("graph", "graph-plain", "eager", "hf-compile")
 DEFAULT_RECIPES = ("graph", "eager")
 PROMPTS = (128, 2048)
 BATCHES = (1, 16, 64)
@@ -58,12 +61,13 @@ def _wall(fn, device) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def graph_point(model, ids: torch.Tensor, new_tokens: int, device) -> tuple[dict, torch.Tensor]:
-    """The ``graph`` recipe at one point: timings and the generated tokens."""
+def graph_point(model, ids: torch.Tensor, new_tokens: int, device, kernels: bool | None = None
+                ) -> tuple[dict, torch.Tensor]:
+    """The ``graph`` (``graph-plain``: kernels=False) recipe at one point: timings and the generated tokens."""
     from w8a8.bench.model import breakdown, kernel_us
     from w8a8.generation import Generator
 
-    gen = Generator(model, prefill_graphs=device.type == "cuda")
+    gen = Generator(model, prefill_graphs=device.type == "cuda", kernels=kernels)
     batch, prompt = ids.shape
     t0 = time.perf_counter()
     tokens = gen.generate(ids, new_tokens)
@@ -88,6 +92,7 @@ def graph_point(model, ids: torch.Tensor, new_tokens: int, device) -> tuple[dict
     row = {"prefill_ms": round(statistics.median(prefill), 3), "decode_ms": round(decode_ms, 4),
            "prefill_eager_ms": round(statistics.median(prefill_eager), 3),
            "tokens_per_s": round(batch / decode_ms * 1e3, 1), "capture_s": round(capture_s, 2),
+           "kernels": gen.kernels,
            "step_gpu_us": None, "decode_over_kernels": None, "step_kernels": None}
     if kernels:
         b = breakdown(kernels)
@@ -144,8 +149,9 @@ def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, s
                 tokens = {}
                 for impl, model in models.items():
                     base = {"impl": impl, "recipe": recipe, "prompt": prompt, "batch": batch, "new_tokens": new_tokens}
-                    if recipe == "graph":
-                        row, tokens[impl] = graph_point(model, ids, new_tokens, device)
+                    if recipe.startswith("graph"):
+                        row, tokens[impl] = graph_point(model, ids, new_tokens, device,
+                                                        kernels=False if recipe == "graph-plain" else None)
                     else:
                         torch._dynamo.reset()
                         row, tokens[impl] = hf_point(model, ids, new_tokens, device, compiled=recipe == "hf-compile")

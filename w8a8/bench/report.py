@@ -66,8 +66,14 @@ SOURCES = {
     "fused_quant_sweep_h100.json": ("launch shapes of the fused norm / SiLU-and-mul quantizers",
                                     "python benchmarks/bench_fused_quant.py --out benchmarks/results/fused_quant_sweep_h100.json"),
     "generate_h100.json": ("greedy generation, transformers Llama at Llama-3-8B widths, 32 layers: w8a8.Generator "
-                           "(CUDA graphs) and transformers' eager generate, bf16 vs W8A8",
-                           "python -m w8a8 bench --out benchmarks/results --suites generate"),
+                           "(CUDA graphs) with and without its kernels, bf16 vs W8A8",
+                           "python -m w8a8 bench --out benchmarks/results --suites generate --recipes graph,graph-plain"),
+    "generate_h100_eager.json": ("the same models through transformers' eager generate",
+                                 "python -m w8a8 bench --out benchmarks/results --suites generate --recipes eager "
+                                 "--tag h100_eager"),
+    "decode_attention_h100.json": ("decode attention over a static KV cache: the split-KV kernel's launch settings "
+                                   "against SDPA", "python benchmarks/bench_decode_attention.py --out "
+                                   "benchmarks/results/decode_attention_h100.json"),
     "tp_mlp_h200x2.json": ("tensor-parallel MLP block, 2 GPUs", "NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 "
                            "python -m w8a8.bench.tp --out benchmarks/results --tag h200x2"),
 }
@@ -240,8 +246,8 @@ def model_table(mode: str) -> list[str]:
 
 def generate_table() -> list[str]:
     """The generation suite: prefill and decode per recipe, bf16 and W8A8 side by side."""
-    doc = load("generate_h100.json")
-    at = {(r["recipe"], r["impl"], r["prompt"], r["batch"]): r for r in doc["rows"]}
+    rows = load("generate_h100.json")["rows"] + load("generate_h100_eager.json")["rows"]
+    at = {(r["recipe"], r["impl"], r["prompt"], r["batch"]): r for r in rows}
     out = []
     for (recipe, _, prompt, batch), w in at.items():
         b = at.get((recipe, "bf16", prompt, batch))
@@ -339,10 +345,10 @@ def render_markdown(plots: bool = True) -> str:
         "random prompts, 128 greedy tokens. `graph`: `w8a8.Generator(model, prefill_graphs=True)` "
         "(docs/INFERENCE.md, Generation), the same for both models: prefill is the prompt's forward (a CUDA graph "
         "up to 4096 tokens, eager above), median of 3; decode is the wall time per token of 127 graph replays, "
-        "median of 3; the kernel sum is one eager step's CUDA kernel times (profiler). `eager`: transformers' "
-        "`model.generate` as it runs by default (dynamic cache, no graphs), 16 tokens timed. "
-        "The batch-64 / 2048-token point has the graph recipe only (the run's time cap ended it during the eager "
-        "recipe).",
+        "median of 3; the kernel sum is one eager step's CUDA kernel times (profiler). `graph-plain`: the same "
+        "with `kernels=False` (transformers' rotary embedding and cache write, SDPA attention); its batch-64 / "
+        "2048-token point is missing (the run's time cap). `eager`: transformers' `model.generate` as it runs "
+        "by default (dynamic cache, no graphs), 16 tokens timed (a separate run).",
         "",
         *generate_table(),
         *(["", "![generation speed-ups](generate_h100.png)"] if plots else []),
