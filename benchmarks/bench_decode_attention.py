@@ -5,16 +5,15 @@ cache read under a mask), and the kernel's launch settings.
     python benchmarks/bench_decode_attention.py --out benchmarks/results/decode_attention_h100.json
 
 Llama-3-8B heads (32 query heads, 8 KV heads, head dim 128, bf16). Each point: batch B, a
-static cache of L positions of which n are filled. Timing: CUDA graph of CALLS calls, each on
-its own copy of the cache (copies to more than 2 x the 50 MB L2, so every call reads HBM),
-median of REPEATS replays, per call. ``gbps``: the filled keys and values (what must be
-read) over the time; ``pct_hbm``: that against HBM_GBPS.
+static cache of L positions of which n are filled. Timing: ``harness.time_graph``, one CUDA
+graph of calls each on its own copy of the cache (copies to more than 2 x the 50 MB L2, so
+every call reads HBM), median of REPEATS replays, per call. ``gbps``: the filled keys and
+values (what must be read) over the time; ``pct_hbm``: that against HBM_GBPS.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
 
@@ -26,30 +25,8 @@ CONFIGS = [(2, 64, 4, 2), (4, 64, 4, 3), (2, 128, 4, 2), (2, 128, 8, 2), (4, 128
 REPEATS = 15
 
 
-def timed(fn, copies: int) -> float:
-    """us per call: a graph of ``copies`` calls (one per cache copy), median of REPEATS replays."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for i in range(2):
-            fn(i % copies)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(copies):
-            fn(i)
-    samples = []
-    for _ in range(REPEATS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / copies)
-    return statistics.median(samples)
-
-
 def main(argv=None) -> int:
-    from w8a8.bench.harness import environment
+    from w8a8.bench.harness import environment, time_graph
     from w8a8.triton import generation as kernels
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -77,7 +54,7 @@ def main(argv=None) -> int:
                 return kernels.decode_attention(q, *caches[i], mask, filled)
             impls[f"w8a8 split-KV {cfg}" + (" (default)" if cfg == defaults else "")] = run
         for name, fn in impls.items():
-            us = timed(fn, copies)
+            us = time_graph([lambda i=i, fn=fn: fn(i) for i in range(copies)], replays=REPEATS).us
             rows.append({"impl": name, "batch": batch, "filled": n, "cache_len": length, "us": round(us, 2),
                          "gbps": round(read_gb / us * 1e6, 1), "pct_hbm": round(read_gb / us * 1e8 / HBM_GBPS, 1)})
             print(f"B{batch:3d} n{n:5d}/{length:5d} {name:45s} {us:8.1f} us {rows[-1]['gbps']:7.0f} GB/s", flush=True)
