@@ -38,7 +38,7 @@ import warnings
 
 import torch
 
-from w8a8 import reference, validate
+from w8a8 import rows, reference, validate
 
 # Kernels by op, fastest first (the default order on a GPU). Quantization: on the H100
 # (M = 8192) the Triton quantizer streams 85% / 78% of HBM at K = 4096 / 14336, the CUDA
@@ -320,7 +320,17 @@ def scaled_mm_kernel(a, b, out_dtype, backend: str | None = None):
         reason = cutlass_operand_reason(a, b, out_dtype)
         if reason is not None:
             chosen = _fallback("scaled_mm", device, reason)
-    return kernel("scaled_mm", chosen)
+    op = kernel("scaled_mm", chosen)
+    return functools.partial(_sm90_padded, op) if chosen == "sm90" else op
+
+
+def _sm90_padded(op, a, b, a_scale, b_scale, bias, out_dtype):
+    """The sm90 GEMM on ``rows.padded_rows(M)`` rows where the operands' storage holds
+    them (activations from the package's producers), its output cut back to M rows."""
+    padded = rows.padded_operands(a, a_scale) if isinstance(a, torch.Tensor) and a.dim() == 2 else None
+    if padded is None:
+        return op(a, b, a_scale, b_scale, bias, out_dtype)
+    return op(padded[0], b, padded[1], b_scale, bias, out_dtype)[: a.shape[0]]
 
 
 def quantize_kernel(op: str, x, backend: str | None = None):

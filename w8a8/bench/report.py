@@ -56,6 +56,11 @@ SOURCES = {
     "scaled_mm_continuity_h100.json": ("sm90, every M of 1..256 on the Llama-3-8B shapes",
                                        f"{_MM} --backends sm90 --m 1,2,...,256 --shapes "
                                        "6144x4096,4096x4096,28672x4096,4096x14336 --tag continuity_h100"),
+    "scaled_mm_rows_h100.json": ("M = 62..256 around the tile edges: sm90 on exact-size codes and on the quantizers' "
+                                 "row-padded layout", "python -m w8a8 bench --out benchmarks/results --suites scaled_mm,linear "
+                                 "--backends sm90 --m 62,...,68,72,80,96,112,124,...,132,144,160,192,224,252,...,256 "
+                                 "--shapes 6144x4096,4096x4096,28672x4096,4096x14336 --tag rows_h100"),
+    "linear_rows_h100.json": ("`W8A8Linear` end to end at the same M (row-padded codes)", "(same run as the row above)"),
     "scaled_mm_steps_h100.json": ("M = 65..256 around the 64 / 128 tile edges: five tiles named beside the ladder, "
                                   "the Llama-3-8B shapes", f"{_MM} --backends sm90 --m 65,72,80,96,112,128,129,136,144,160,"
                                   "192,224,256 --shapes 6144x4096,4096x4096,28672x4096,4096x14336 --configs <those entries> "
@@ -185,6 +190,23 @@ def continuity_lines() -> list[str]:
         worst = ", ".join(f"{x:.2f} at M = {m}" for x, m in steps[:3])
         out.append(f"- {n} x {k}: {us[1]:.1f} us at M = 1, {us[max(us)]:.1f} at M = {max(us)}; largest steps {worst}.")
     return out
+
+
+def rows_table() -> list[str]:
+    """Around the tile edges: the sm90 kernel on exact-size codes against the quantizers'
+    row-padded layout, and W8A8Linear end to end, us (one run)."""
+    kern = load("scaled_mm_rows_h100.json")["rows"]
+    lin = load("linear_rows_h100.json")["rows"]
+    us = {(r["impl"], r["N"], r["K"], r["M"]): r["us"] for r in kern + lin}
+    ms = (64, 65, 80, 128, 129, 130, 160, 256)
+    body = []
+    for n, k in _shapes(kern):
+        exact = [us[("w8a8 sm90", n, k, m)] for m in ms]
+        padded = [us.get(("w8a8 sm90, quantizer layout", n, k, m), e) for m, e in zip(ms, exact)]
+        body += [[f"{n} x {k}", "kernel, exact-size codes"] + [f"{u:.1f}" for u in exact],
+                 ["", "kernel, quantizer layout"] + [f"{u:.1f}" for u in padded],
+                 ["", "`W8A8Linear`"] + [f"{us[('W8A8Linear sm90', n, k, m)]:.1f}" for m in ms]]
+    return _table(["N x K", "codes"] + [f"M={m}" for m in ms], body)
 
 
 def quant_table() -> list[str]:
@@ -374,6 +396,13 @@ def render_markdown(plots: bool = True) -> str:
         "steps that persist over the following M are the ladder's):",
         "",
         *continuity_lines(),
+        "",
+        "Those steps at M = 65 and 129 are the ladder's tiles running a partly filled token tile (the TMA loads of "
+        "the rows past M cost more than real rows). The package's quantizers return codes and scales in storage "
+        "padded to 128 rows (M = 65..128) or 256 (129..256), and the sm90 GEMM runs on those rows "
+        "(`w8a8/rows.py`). Around the edges, us (one run; `scaled_mm_rows_h100.json`, `linear_rows_h100.json`):",
+        "",
+        *rows_table(),
         *_h("Decode sizes (sm90; x bf16; the dp4a GEMV at M <= 4, the skinny GEMM at M = 5..16 except on shapes >= 8192 "
             "wide in N and K, which run the 64x32 tile)"),
         *decode_table(),

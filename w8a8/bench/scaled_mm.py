@@ -11,10 +11,13 @@ import torch
 import torch.nn.functional as F
 
 import w8a8
+from w8a8 import rows as padded_rows
 from w8a8.bench import harness
 
 # The peer rows: torch._int_mm alone (cuBLASLt, int32 out), and with an fp32 dequant in eager and compiled.
 INT_MM = "int_mm"
+# The sm90 row on codes in the quantizers' row-padded layout (M = 65..256 only).
+PRODUCER_ROWS = "w8a8 sm90, quantizer layout"
 
 
 def _int_mm_dequant(a, w, a_scale, w_scale):
@@ -92,4 +95,13 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, dev
                 name = f"w8a8 sm90 config {config}"
             t = harness.time_calls([lambda i=i, f=fn: f(i) for i in range(n_sets)], device)
             rows.append(harness.gemm_row(name, m, n, k, t, int8_bytes, ceilings, bf16_us))
+    if "sm90" in backends and padded_rows.padded_rows(m) != m:
+        # The same codes in the layout the package's quantizers return (row-padded storage,
+        # w8a8/rows.py), which the sm90 GEMM runs on its padded rows.
+        a_rows = padded_rows.empty((m, k), torch.int8, device, pad=True)
+        s_rows = padded_rows.empty((m, 1), torch.float32, device, pad=True)
+        a_rows.copy_(a_q), s_rows.copy_(a_s)
+        t = harness.time_calls([lambda i=i: w8a8.scaled_mm(a_rows, w_q[i], s_rows, w_s[i], None, torch.bfloat16)
+                                for i in range(n_sets)], device)
+        rows.append(harness.gemm_row(PRODUCER_ROWS, m, n, k, t, int8_bytes, ceilings, bf16_us))
     return rows

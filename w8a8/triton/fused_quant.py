@@ -72,6 +72,7 @@ import torch
 import triton
 import triton.language as tl
 
+from w8a8 import rows as padded_rows
 from w8a8.triton._launch import launching
 from w8a8.triton.quant import (
     _FLT_MAX,
@@ -516,10 +517,11 @@ def _sm_count(device: torch.device) -> int:
 
 
 def _outputs(x: torch.Tensor, n_float: int) -> tuple[torch.Tensor, ...]:
-    """The outputs, uninitialized: codes int8 [..., K], scales fp32 [..., 1], then ``n_float``
-    [..., K] tensors of x's dtype (normed, sum), all contiguous. (Tests poison them here.)"""
-    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
-    scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    """The outputs, uninitialized: codes int8 [..., K], scales fp32 [..., 1] (their storage
+    row-padded for the sm90 GEMM, ``w8a8.rows``), then ``n_float`` [..., K] tensors of x's
+    dtype (normed, sum), all contiguous. (Tests poison them here.)"""
+    q = padded_rows.empty(x.shape, torch.int8, x.device)
+    scale = padded_rows.empty((*x.shape[:-1], 1), torch.float32, x.device)
     return (q, scale, *(torch.empty(x.shape, dtype=x.dtype, device=x.device) for _ in range(n_float)))
 
 

@@ -39,6 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
+from w8a8 import rows as padded_rows
 from w8a8.triton._launch import launching
 from w8a8.triton.quant_configs import PerTokenConfig, StaticConfig, per_token_config, static_config
 
@@ -290,8 +291,8 @@ def quantize_with_row_stats(x: torch.Tensor, row_stats: torch.Tensor) -> tuple[t
     (possibly all-reduced) ``row_stats`` [..., 1] give; returns (q, scale)."""
     assert row_stats.dtype == torch.float32 and row_stats.is_contiguous()
     assert row_stats.numel() * x.shape[-1] == x.numel()
-    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
-    scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    q = padded_rows.empty(x.shape, torch.int8, x.device)
+    scale = padded_rows.empty((*x.shape[:-1], 1), torch.float32, x.device)
     quantize_per_token_out(x, q, scale, row_stats=row_stats)
     return q, scale
 
@@ -310,8 +311,8 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     q : [..., K] int8, contiguous.
     scale : [..., 1] fp32, contiguous; 0 for all-zero rows, NaN for rows holding Inf/NaN.
     """
-    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
-    scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    q = padded_rows.empty(x.shape, torch.int8, x.device)
+    scale = padded_rows.empty((*x.shape[:-1], 1), torch.float32, x.device)
     quantize_per_token_out(x, q, scale)
     return q, scale
 
@@ -358,6 +359,6 @@ def quantize_static(
     -------
     q : [..., K] int8, contiguous.
     """
-    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    q = padded_rows.empty(x.shape, torch.int8, x.device)
     quantize_static_out(x, scale, zero_point, q)
     return q

@@ -1,0 +1,80 @@
+"""Activation rows padded to the sm90 GEMM's tile edge.
+
+On the H100 the CUTLASS tiles run slower on a partly filled token tile than on a full
+one: the TMA loads of the rows past M (filled with zeros) cost more than reading real
+rows. 4096 x 14336 on the 64x64 tile takes 41.8 us at M = 65 and 26.8 us at M = 128;
+the 128x128 pingpong tile on 28672 x 4096 80.5 us at M = 129 and 60.1 at 256
+(``scaled_mm_steps_h100.json``). Memory-bound GEMMs cost about the same for any M up
+to 256, so the padded problem is the faster one.
+
+So the package's activation producers on a GPU (the quantizers and the fused
+norm / SiLU·mul quantizers) allocate their codes and scales with ``padded_rows(M)``
+rows and return views of the first M; the pad rows are never written. When the sm90
+GEMM gets operands whose storage holds those rows, it runs on the padded rows and
+returns the first M rows of its output (``widened``). Output row m depends only on
+row m of the codes and of the scales, so the values in the pad rows (uninitialized)
+reach only output rows that are dropped. Operands without the room (any tensor not
+made by a producer here) run as given.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Token counts padded, and to what: the ladder's tiles at 65..128 cover 64 or 128 tokens
+# per tile (cluster), those at 129..256 cover 128 or 256; past 256 the GEMM is no longer
+# memory-bound and padding would cost compute.
+_PADDED = ((64, 128), (128, 256))
+
+
+def padded_rows(m: int) -> int:
+    """The rows the producers allocate for ``m`` tokens: 65..128 -> 128, 129..256 -> 256,
+    otherwise ``m``."""
+    for low, high in _PADDED:
+        if low < m <= high:
+            return high
+    return m
+
+
+def empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype, device: torch.device,
+          pad: bool | None = None) -> torch.Tensor:
+    """``torch.empty(shape)`` whose storage holds ``padded_rows`` rows: a contiguous view of
+    the first ``prod(shape[:-1])`` rows. ``pad`` None pads on a GPU only (the CPU kernels
+    gain nothing from it)."""
+    shape = tuple(shape)
+    if pad is None:
+        pad = torch.device(device).type == "cuda"
+    if not shape or not pad:
+        return torch.empty(shape, dtype=dtype, device=device)
+    m, width = math.prod(shape[:-1]), shape[-1]
+    rows = padded_rows(m)
+    if rows == m:
+        return torch.empty(shape, dtype=dtype, device=device)
+    return torch.empty(rows * width, dtype=dtype, device=device)[: m * width].view(shape)
+
+
+def widened(t: torch.Tensor, rows: int) -> torch.Tensor | None:
+    """``t`` (2-D, [M, C]) seen with ``rows`` rows, same strides, where its storage holds
+    them; None where it does not."""
+    if t.dim() != 2 or rows <= t.shape[0] or t.shape[1] == 0:
+        return None
+    last = t.storage_offset() + (rows - 1) * t.stride(0) + (t.shape[1] - 1) * t.stride(1)
+    if (last + 1) * t.element_size() > t.untyped_storage().nbytes():
+        return None
+    return t.as_strided((rows, t.shape[1]), t.stride(), t.storage_offset())
+
+
+def padded_operands(a: torch.Tensor, a_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(a, a_scale) widened to ``padded_rows(M)`` rows, or None where M needs no padding or
+    either storage lacks the room. A single scale (static quantization) stays as it is."""
+    rows = padded_rows(a.shape[0])
+    if rows == a.shape[0]:
+        return None
+    wide_a = widened(a, rows)
+    if wide_a is None:
+        return None
+    if a_scale.numel() == 1:
+        return wide_a, a_scale
+    wide_scale = widened(a_scale.reshape(a.shape[0], -1) if a_scale.dim() != 2 else a_scale, rows)
+    return None if wide_scale is None else (wide_a, wide_scale)
