@@ -3,6 +3,7 @@ sm90 GEMM running on it. The rule and the views are checked on the CPU (with a s
 for the sm90 op); on an sm_90 GPU the padded GEMM is compared bit for bit with the
 reference on operands whose pad rows hold garbage, and is shown to run on the padded rows."""
 import functools
+import math
 
 import pytest
 import torch
@@ -21,9 +22,7 @@ def test_padded_rows(m, padded):
 @pytest.mark.parametrize("shape", [(65, 96), (5, 20, 96), (129, 1), (3, 96)])
 def test_empty_pads_the_storage_and_returns_the_first_rows(shape):
     t = rows.empty(shape, torch.int8, "cpu", pad=True)
-    m = 1
-    for d in shape[:-1]:
-        m *= d
+    m = math.prod(shape[:-1])
     assert t.shape == shape and t.is_contiguous() and t.storage_offset() == 0
     assert t.untyped_storage().nbytes() == rows.padded_rows(m) * shape[-1]
 

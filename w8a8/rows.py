@@ -45,10 +45,8 @@ def empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype, device: torch
     shape = tuple(shape)
     if pad is None:
         pad = torch.device(device).type == "cuda"
-    if not shape or not pad:
-        return torch.empty(shape, dtype=dtype, device=device)
-    m, width = math.prod(shape[:-1]), shape[-1]
-    rows = padded_rows(m)
+    m, width = (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
+    rows = padded_rows(m) if pad and shape else m
     if rows == m:
         return torch.empty(shape, dtype=dtype, device=device)
     return torch.empty(rows * width, dtype=dtype, device=device)[: m * width].view(shape)

@@ -72,7 +72,6 @@ import torch
 import triton
 import triton.language as tl
 
-from w8a8 import rows as padded_rows
 from w8a8.triton._launch import launching
 from w8a8.triton.quant import (
     _FLT_MAX,
@@ -82,6 +81,7 @@ from w8a8.triton.quant import (
     _quantize_rows,
     _row_scales,
     _row_stats,
+    empty_codes,
 )
 from w8a8.triton.quant_configs import FUSED_SILU_PROGRAMS_PER_SM, fused_config
 
@@ -520,9 +520,7 @@ def _outputs(x: torch.Tensor, n_float: int) -> tuple[torch.Tensor, ...]:
     """The outputs, uninitialized: codes int8 [..., K], scales fp32 [..., 1] (their storage
     row-padded for the sm90 GEMM, ``w8a8.rows``), then ``n_float`` [..., K] tensors of x's
     dtype (normed, sum), all contiguous. (Tests poison them here.)"""
-    q = padded_rows.empty(x.shape, torch.int8, x.device)
-    scale = padded_rows.empty((*x.shape[:-1], 1), torch.float32, x.device)
-    return (q, scale, *(torch.empty(x.shape, dtype=x.dtype, device=x.device) for _ in range(n_float)))
+    return (*empty_codes(x), *(torch.empty(x.shape, dtype=x.dtype, device=x.device) for _ in range(n_float)))
 
 
 def rms_norm_quant(

@@ -286,13 +286,19 @@ def per_token_row_stats(x: torch.Tensor) -> torch.Tensor:
     return stats
 
 
+def empty_codes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Uninitialized per-token outputs for ``x`` [..., K]: codes int8 [..., K] and scales fp32
+    [..., 1], contiguous, their storage row-padded for the sm90 GEMM (``w8a8.rows``)."""
+    return (padded_rows.empty(x.shape, torch.int8, x.device),
+            padded_rows.empty((*x.shape[:-1], 1), torch.float32, x.device))
+
+
 def quantize_with_row_stats(x: torch.Tensor, row_stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``reference.quantize_with_row_stats``: x's rows quantized with the scales their
     (possibly all-reduced) ``row_stats`` [..., 1] give; returns (q, scale)."""
     assert row_stats.dtype == torch.float32 and row_stats.is_contiguous()
     assert row_stats.numel() * x.shape[-1] == x.numel()
-    q = padded_rows.empty(x.shape, torch.int8, x.device)
-    scale = padded_rows.empty((*x.shape[:-1], 1), torch.float32, x.device)
+    q, scale = empty_codes(x)
     quantize_per_token_out(x, q, scale, row_stats=row_stats)
     return q, scale
 
@@ -311,8 +317,7 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     q : [..., K] int8, contiguous.
     scale : [..., 1] fp32, contiguous; 0 for all-zero rows, NaN for rows holding Inf/NaN.
     """
-    q = padded_rows.empty(x.shape, torch.int8, x.device)
-    scale = padded_rows.empty((*x.shape[:-1], 1), torch.float32, x.device)
+    q, scale = empty_codes(x)
     quantize_per_token_out(x, q, scale)
     return q, scale
 
