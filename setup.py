@@ -37,7 +37,8 @@ SM90_SOURCES = [
     "csrc/sm90/instances/coop_128x256x128_2x1.cu",
     "csrc/sm90/instances/coop_streamk_128x128x128_1x1.cu",
     "csrc/sm90/instances/swap_ws_64x32x256_1x1.cu", "csrc/sm90/instances/swap_ws_64x64x256_1x1.cu",
-    "csrc/sm90/instances/ws_64x64x256_1x1.cu",
+    "csrc/sm90/instances/ws_64x64x256_1x1.cu", "csrc/sm90/instances/swap_ws_64x96x256_1x1.cu",
+    "csrc/sm90/instances/swap_coop_128x96x128_1x1.cu", "csrc/sm90/instances/swap_coop_128x192x128_1x1.cu",
     "csrc/decode/scaled_mm_gemv.cu", "csrc/decode/scaled_mm_skinny.cu",
     "csrc/quantize/quantize.cu",
 ]

@@ -14,7 +14,7 @@ from helpers import assert_exact, rand_int8, rand_scale, ref_scaled_mm, requires
 
 
 @pytest.mark.parametrize("m, padded", [(1, 1), (16, 16), (64, 64), (65, 128), (100, 128), (128, 128),
-                                       (129, 256), (200, 256), (256, 256), (257, 257), (4096, 4096)])
+                                       (129, 192), (192, 192), (193, 256), (200, 256), (256, 256), (257, 257), (4096, 4096)])
 def test_padded_rows(m, padded):
     assert rows.padded_rows(m) == padded
 

@@ -178,7 +178,8 @@ def test_heuristic_plans():
     for m, n, name in ((17, 4096, "swap_64x32x256_1x1_ws"), (32, 57344, "swap_64x32x256_1x1_ws"),
                        (33, 4096, "swap_64x64x256_1x1_ws"), (64, 28672, "swap_64x64x256_1x1_ws"),
                        (65, 4096, "64x64x256_1x1_ws"), (128, 4096, "64x64x256_1x1_ws"),
-                       (65, 6144, "64x128x128_2x1_pingpong_swz8"), (129, 4096, "swap_128x64x128_1x1_coop_dataparallel")):
+                       (65, 6144, "64x128x128_2x1_pingpong_swz8"), (193, 4096, "swap_128x64x128_1x1_coop_dataparallel"),
+                       (256, 28672, "128x128x128_2x1_pingpong_swz8")):
         assert plan(m, n, 4096)[0] == name, (m, n)
     # Explicit requests are honoured.
     assert tuple(plan(1, 4096, 4096, "", 3))[1:] == ("split_k", 3)
@@ -186,6 +187,20 @@ def test_heuristic_plans():
     assert tuple(plan(1, 4096, 14336, "", None, "persistent"))[1:] == ("data_parallel", 1)
     assert plan(2048, 4096, 14336, "", None, "streamk")[1] == "stream_k"
     assert tuple(plan(2048, 4096, 14336, "", 2))[1:] == ("split_k", 2)
+
+
+@pytest.mark.parametrize("m", [129, 150, 191, 192])
+def test_the_192_token_rung(m):
+    # M = 129..192 runs tiles that cover 192 tokens (Select192): by N, a 64-row tile, two
+    # token tiles of 96 in one wave, one of 192 in one wave, else 96 again.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for n in (4096, 6144, 64 * sms, 64 * sms + 128, 128 * sms, 128 * sms + 128, 28672):
+        weight_tiles = -(-n // 128)
+        expected = ("swap_64x96x256_1x1_ws" if n <= 4096 else "swap_128x96x128_1x1_coop" if 2 * weight_tiles <= sms
+                    else "swap_128x192x128_1x1_coop" if weight_tiles <= sms else "swap_128x96x128_1x1_coop")
+        assert tuple(plan(m, n, 4096)) == (expected, "data_parallel", 1), (m, n)
+    for n, k in ((4096, 4096 + 16), (6144, 1040), (10240, 528), (28672, 272)):
+        _check(*mm_operands(m, n, k, "cuda"), out_dtype=torch.float16 if m % 2 else torch.bfloat16)
 
 
 def test_split_k_in_a_cuda_graph():

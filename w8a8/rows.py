@@ -23,14 +23,14 @@ import math
 import torch
 
 # Token counts padded, and to what: the ladder's tiles at 65..128 cover 64 or 128 tokens
-# per tile (cluster), those at 129..256 cover 128 or 256; past 256 the GEMM is no longer
-# memory-bound and padding would cost compute.
-_PADDED = ((64, 128), (128, 256))
+# per tile (cluster), those at 129..192 96 or 192, those at 193..256 128 or 256; past 256
+# the GEMM is no longer memory-bound and padding would cost compute.
+_PADDED = ((64, 128), (128, 192), (192, 256))
 
 
 def padded_rows(m: int) -> int:
-    """The rows the producers allocate for ``m`` tokens: 65..128 -> 128, 129..256 -> 256,
-    otherwise ``m``."""
+    """The rows the producers allocate for ``m`` tokens: 65..128 -> 128, 129..192 -> 192,
+    193..256 -> 256, otherwise ``m``."""
     for low, high in _PADDED:
         if low < m <= high:
             return high

@@ -62,7 +62,7 @@ struct Sm90SwapABCoopStreamK128x16x128_1x1 {
   static constexpr bool kSwapAB = true;
 };
 
-// The ladder's tile for M in (128, 256] with N <= 4096 (data-parallel: 25-30%
+// The ladder's tile for M in (192, 256] with N <= 4096 (data-parallel: 25-30%
 // faster than 128x128 tiles there); split / stream-K requests at M in (64,
 // 256]. 64 token columns, still memory-bound (128x64x128 wgmma per 16 KiB of
 // weights). smem per stage 16 KiB + 8 KiB.
@@ -88,7 +88,7 @@ struct Sm90Pingpong64x128x128_2x1 {
   static constexpr bool kSwapAB = false;
 };
 
-// The ladder's tile for M in (256, 512], and for (128, 256] with N > 4096:
+// The ladder's tile for M in (256, 512], and for (192, 256] with N > 4096:
 // 128x128 pingpong, 2x1 cluster (weights multicast to the 2 M tiles). Not for
 // large M: 928 TOP/s at 8192 x 57344 x 8192, where 128x256 cooperative runs 1386.
 struct Sm90Pingpong128x128x128_2x1 {
@@ -177,6 +177,54 @@ struct Sm90WarpSpecialized64x64x256_1x1 {
   static constexpr bool kSwapAB = false;
 };
 
+// The ladder's tiles for M in (128, 192]: the quantizers pad those rows to 192
+// (w8a8/rows.py), so the tiles cover 192 tokens with no empty token tile; on
+// the 256-row tiles above M = 128 the same GEMM costs what M = 256 costs.
+// H100 at M = 192 (scaled_mm_rung192_h100.json, 10 shapes), against the
+// 256-row tiles at M = 256 (what padding to 256 cost): 6144 x 4096 16.4
+// against 17.6 us, 4096 x 4096 12.1 against 13.1, 8192 x 8192 32.0 against
+// 33.9, 28672 x 4096 58.9 against 61.1, 10240 x 8192 42.2 against 54.9. The
+// rule below picks the fastest of the five tiles swept, or one within 3%, on
+// all 10 shapes.
+
+// N <= 4096: swap-AB, 64 weight rows x 96 token columns, non-persistent: two
+// token tiles x N / 64 CTAs (128 for N = 4096; 128-row tiles give 64 or 96).
+// 4096 x 4096: 12.1 against 12.9 us for the 128x64 tile. smem per stage
+// 16 KiB + 24 KiB.
+struct Sm90SwapABWarpSpecialized64x96x256_1x1 {
+  using TileShape = Shape<_64, cute::Int<96>, _256>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+};
+
+// N > 4096 where two token tiles per 128 weight rows fit one wave (N <= 64 x
+// SMs), or where neither fits one (several waves; the smaller tile balances
+// them better: 57344 x 8192, 185.7 against 197.1 us for 128x192).
+struct Sm90SwapABCoop128x96x128_1x1 {
+  using TileShape = Shape<_128, cute::Int<96>, _128>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+};
+
+// N > 4096 where one token tile per 128 weight rows fits one wave and two do
+// not (64 x SMs < N <= 128 x SMs): all 192 tokens in one tile, each weight
+// byte read once. 10240 x 8192: 41.9 against 50.6 us for 128x96 (160 tiles,
+// 1.2 waves).
+struct Sm90SwapABCoop128x192x128_1x1 {
+  using TileShape = Shape<_128, cute::Int<192>, _128>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+};
+
 #ifdef W8A8_SWEEP_CONFIGS
 // Sweep only: swap-AB, 16 token columns, against the skinny GEMM at M <= 16.
 struct Sm90SwapABWarpSpecialized64x16x256_1x1 {
@@ -224,9 +272,9 @@ enum ConfigId : int {
   kSwap128x16StreamK,       // split / stream-K requests, M <= 64
   kSwap128x64StreamK,       // split / stream-K requests, M in (64, 256]
   kPingpong64x128,          // ladder: M in (64, 128]
-  kPingpong128x128,         // ladder: M in (256, 512]; (128, 256] with N > 4096
+  kPingpong128x128,         // ladder: M in (256, 512]; (192, 256] with N > 4096
   kCoop128x256RasterN,      // ladder: M > 512 (swizzle 8, raster along N)
-  kSwap128x64DataParallel,  // ladder: M in (128, 256] with N <= 4096
+  kSwap128x64DataParallel,  // ladder: M in (192, 256] with N <= 4096
   kCoop128x128StreamK,      // split / stream-K requests, M > 256
   kGemvSplit1,              // "auto": M <= 4 (GemvPolicy)
   kSkinnySplit4,            // "auto": M = 5..16 where K split 8 ends in a partial second wave (SkinnyPolicy)
@@ -234,6 +282,9 @@ enum ConfigId : int {
   kSwap64x32,               // ladder: M <= 32 (under "auto": 17..32; 5..16 with N, K >= 8192)
   kSwap64x64,               // ladder: M in (32, 64]
   kWarpSpecialized64x64,    // ladder: M in (64, 128] with N <= 4096
+  kSwap64x96,               // ladder: M in (128, 192] with N <= 4096
+  kSwap128x96,              // ladder: M in (128, 192], N > 4096 (two token tiles in one wave, or many waves)
+  kSwap128x192,             // ladder: M in (128, 192], N > 4096 (one token tile in one wave)
 #ifdef W8A8_SWEEP_CONFIGS
   kCoop256x128RasterM,        // Sm90Coop256x128x128_1x2, swizzle 8, raster along M
   kCoop128x256RasterM,        // Sm90Coop128x256x128_2x1, swizzle 8, raster along M
@@ -250,7 +301,7 @@ enum ConfigId : int {
   kNumConfigs
 };
 
-// The ladder on next_pow2(M) (and N in one bucket), from the config sweeps on
+// The ladder on next_pow2(M) (192 between 128 and 256) and N, from the config sweeps on
 // the H100 (CUDA-graph replay, 8 shapes from 4096 x 4096 to 57344 x 8192 as
 // N x K; "best" = fastest or within 3%):
 //   M <= 32:  swap-AB 64x32x256, non-persistent (under "auto": 17..32, and
@@ -260,6 +311,7 @@ enum ConfigId : int {
 //             64x128 tiles: 13-15% faster on 4096 x 4096 and 4096 x 14336);
 //             larger N: 64x128 pingpong, 2x1 cluster: fastest or within 1%
 //             on the 6 other shapes.
+//   M <= 192: swap-AB tiles covering 192 tokens (Select192 below).
 //   M <= 256: N <= 4096 (32 weight tiles of 128 rows): swap-AB 128x64 is
 //             25-30% faster than 128x128 tiles (16 tiles for 132 SMs);
 //             larger N: 128x128 pingpong, best on 4/5 of those shapes.
@@ -267,12 +319,26 @@ enum ConfigId : int {
 //             (wave quantization: 4 x N/256 tiles leave SMs idle); 7-9%
 //             behind it on N = 57344 and K = 28672.
 //   M > 512:  128x256 cooperative, 2x1 cluster, swizzle 8, raster along N.
-inline int select_config(int64_t m, int64_t n) {
+struct Select192 {
+  static constexpr int64_t kMaxM = 192;
+  // N <= 4096: the 64-row tile (N / 64 x 2 CTAs). Wider: 128 weight rows per tile, two
+  // token tiles of 96 where they fit one wave, else one of 192 where that fits, else
+  // (several waves either way) 96.
+  static constexpr int config(int64_t n, int sm_count) {
+    const int64_t weight_tiles = (n + 127) / 128;
+    if (n <= 4096) return kSwap64x96;
+    if (2 * weight_tiles <= sm_count) return kSwap128x96;
+    return weight_tiles <= sm_count ? kSwap128x192 : kSwap128x96;
+  }
+};
+
+inline int select_config(int64_t m, int64_t n, int sm_count) {
   int64_t m_pow2 = 1;
   while (m_pow2 < m) m_pow2 <<= 1;
   if (m_pow2 <= 32) return kSwap64x32;
   if (m_pow2 <= 64) return kSwap64x64;
   if (m_pow2 <= 128) return n <= 4096 ? kWarpSpecialized64x64 : kPingpong64x128;
+  if (m <= Select192::kMaxM) return Select192::config(n, sm_count);
   if (m_pow2 <= 256) return n <= 4096 ? kSwap128x64DataParallel : kPingpong128x128;
   if (m_pow2 <= 512) return kPingpong128x128;
   return kCoop128x256RasterN;
@@ -368,7 +434,7 @@ struct SkinnyPolicy {
 inline int plan_auto(int64_t m, int64_t n, int64_t k, int sm_count) {
   if (m <= GemvPolicy::kMaxM) return GemvPolicy::kConfig;
   if (m <= SkinnyPolicy::kMaxM && SkinnyPolicy::serves(n, k)) return SkinnyPolicy::config(n, sm_count);
-  return select_config(m, n);
+  return select_config(m, n, sm_count);
 }
 
 }  // namespace w8a8::sm90

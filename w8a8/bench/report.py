@@ -58,8 +58,13 @@ SOURCES = {
                                        "6144x4096,4096x4096,28672x4096,4096x14336 --tag continuity_h100"),
     "scaled_mm_rows_h100.json": ("M = 62..256 around the tile edges: sm90 on exact-size codes and on the quantizers' "
                                  "row-padded layout", "python -m w8a8 bench --out benchmarks/results --suites scaled_mm,linear "
-                                 "--backends sm90 --m 62,...,68,72,80,96,112,124,...,132,144,160,192,224,252,...,256 "
+                                 "--backends sm90 --m 62,...,68,72,80,96,112,124,...,132,144,160,176,190,...,194,224,252,...,256 "
                                  "--shapes 6144x4096,4096x4096,28672x4096,4096x14336 --tag rows_h100"),
+    "scaled_mm_rung192_h100.json": ("M = 128, 192, 256: the tiles behind the M = 129..192 rung beside the ladder, "
+                                    "10 shapes", f"{_MM} --backends sm90 --m 128,192,256 --shapes 6144x4096,4096x4096,"
+                                    "28672x4096,4096x14336,10240x8192,8192x8192,57344x8192,8192x28672,12288x4096,14336x4096 "
+                                    "--configs swap_64x96x256_1x1_ws,swap_128x96x128_1x1_coop,swap_128x192x128_1x1_coop,"
+                                    "swap_128x64x128_1x1_coop_dataparallel,128x128x128_2x1_pingpong_swz8 --tag rung192_h100"),
     "linear_rows_h100.json": ("`W8A8Linear` end to end at the same M (row-padded codes)", "(same run as the row above)"),
     "scaled_mm_steps_h100.json": ("M = 65..256 around the 64 / 128 tile edges: five tiles named beside the ladder, "
                                   "the Llama-3-8B shapes", f"{_MM} --backends sm90 --m 65,72,80,96,112,128,129,136,144,160,"
@@ -181,14 +186,20 @@ def serving_table() -> list[str]:
 
 
 def continuity_lines() -> list[str]:
-    """The largest time step from M-1 to M (M = 2..256) per shape, and where it is."""
-    rows = [r for r in load("scaled_mm_continuity_h100.json")["rows"] if r["impl"] == "w8a8 sm90"]
+    """The largest time steps from M-1 to M (M = 2..256) per shape, and where they are: on
+    exact-size codes, and on the quantizers' layout (row-padded where the rule pads)."""
+    rows = load("scaled_mm_continuity_h100.json")["rows"]
     out = []
     for n, k in _shapes(rows):
-        us = {r["M"]: r["us"] for r in rows if (r["N"], r["K"]) == (n, k)}
-        steps = sorted(((us[m] / us[m - 1], m) for m in range(2, max(us) + 1)), reverse=True)
-        worst = ", ".join(f"{x:.2f} at M = {m}" for x, m in steps[:3])
-        out.append(f"- {n} x {k}: {us[1]:.1f} us at M = 1, {us[max(us)]:.1f} at M = {max(us)}; largest steps {worst}.")
+        at = {(r["impl"], r["M"]): r["us"] for r in rows if (r["N"], r["K"]) == (n, k)}
+        exact = {m: u for (impl, m), u in at.items() if impl == "w8a8 sm90"}
+        layout = {m: at.get(("w8a8 sm90, quantizer layout", m), u) for m, u in exact.items()}
+
+        def worst(us):
+            steps = sorted(((us[m] / us[m - 1], m) for m in range(2, max(us) + 1)), reverse=True)
+            return ", ".join(f"{x:.2f} at M = {m}" for x, m in steps[:3])
+        out.append(f"- {n} x {k}: {exact[1]:.1f} us at M = 1, {exact[max(exact)]:.1f} at M = {max(exact)}; "
+                   f"largest steps on exact-size codes {worst(exact)}; on the quantizers' layout {worst(layout)}.")
     return out
 
 
@@ -198,7 +209,7 @@ def rows_table() -> list[str]:
     kern = load("scaled_mm_rows_h100.json")["rows"]
     lin = load("linear_rows_h100.json")["rows"]
     us = {(r["impl"], r["N"], r["K"], r["M"]): r["us"] for r in kern + lin}
-    ms = (64, 65, 80, 128, 129, 130, 160, 256)
+    ms = (64, 65, 80, 128, 129, 130, 160, 192, 193, 256)
     body = []
     for n, k in _shapes(kern):
         exact = [us[("w8a8 sm90", n, k, m)] for m in ms]
@@ -393,14 +404,15 @@ def render_markdown(plots: bool = True) -> str:
         *serving_table(),
         "",
         "Continuity (sm90 kernel, each M of 1..256, one timing per M; isolated spikes of one M are timing noise, "
-        "steps that persist over the following M are the ladder's):",
+        "steps that persist over the following M are the ladder's; `scaled_mm_continuity_h100.json`):",
         "",
         *continuity_lines(),
         "",
-        "Those steps at M = 65 and 129 are the ladder's tiles running a partly filled token tile (the TMA loads of "
-        "the rows past M cost more than real rows). The package's quantizers return codes and scales in storage "
-        "padded to 128 rows (M = 65..128) or 256 (129..256), and the sm90 GEMM runs on those rows "
-        "(`w8a8/rows.py`). Around the edges, us (one run; `scaled_mm_rows_h100.json`, `linear_rows_h100.json`):",
+        "The steps on exact-size codes at M = 65, 129 and 193 are the ladder's tiles running a partly filled token "
+        "tile (the TMA loads of the rows past M cost more than real rows). The package's quantizers return codes "
+        "and scales in storage padded to the tile edge (M = 65..128 to 128 rows, 129..192 to 192, 193..256 to 256), "
+        "and the sm90 GEMM runs on those rows (`w8a8/rows.py`). Around the edges, us (one run; "
+        "`scaled_mm_rows_h100.json`, `linear_rows_h100.json`):",
         "",
         *rows_table(),
         *_h("Decode sizes (sm90; x bf16; the dp4a GEMV at M <= 4, the skinny GEMM at M = 5..16 except on shapes >= 8192 "
