@@ -191,7 +191,7 @@ def test_heuristic_plans():
 
 @pytest.mark.parametrize("m", [129, 150, 191, 192])
 def test_the_192_token_rung(m):
-    # M = 129..192 runs tiles that cover 192 tokens (Select192): by N, a 64-row tile, two
+    # M = 129..192 runs tiles that cover 192 tokens (Rung192Policy): by N, a 64-row tile, two
     # token tiles of 96 in one wave, one of 192 in one wave, else 96 again.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for n in (4096, 6144, 64 * sms, 64 * sms + 128, 128 * sms, 128 * sms + 128, 28672):

@@ -311,7 +311,7 @@ enum ConfigId : int {
 //             64x128 tiles: 13-15% faster on 4096 x 4096 and 4096 x 14336);
 //             larger N: 64x128 pingpong, 2x1 cluster: fastest or within 1%
 //             on the 6 other shapes.
-//   M <= 192: swap-AB tiles covering 192 tokens (Select192 below).
+//   M <= 192: swap-AB tiles covering 192 tokens (Rung192Policy below).
 //   M <= 256: N <= 4096 (32 weight tiles of 128 rows): swap-AB 128x64 is
 //             25-30% faster than 128x128 tiles (16 tiles for 132 SMs);
 //             larger N: 128x128 pingpong, best on 4/5 of those shapes.
@@ -319,7 +319,7 @@ enum ConfigId : int {
 //             (wave quantization: 4 x N/256 tiles leave SMs idle); 7-9%
 //             behind it on N = 57344 and K = 28672.
 //   M > 512:  128x256 cooperative, 2x1 cluster, swizzle 8, raster along N.
-struct Select192 {
+struct Rung192Policy {
   static constexpr int64_t kMaxM = 192;
   // N <= 4096: the 64-row tile (N / 64 x 2 CTAs). Wider: 128 weight rows per tile, two
   // token tiles of 96 where they fit one wave, else one of 192 where that fits, else
@@ -338,7 +338,7 @@ inline int select_config(int64_t m, int64_t n, int sm_count) {
   if (m_pow2 <= 32) return kSwap64x32;
   if (m_pow2 <= 64) return kSwap64x64;
   if (m_pow2 <= 128) return n <= 4096 ? kWarpSpecialized64x64 : kPingpong64x128;
-  if (m <= Select192::kMaxM) return Select192::config(n, sm_count);
+  if (m <= Rung192Policy::kMaxM) return Rung192Policy::config(n, sm_count);
   if (m_pow2 <= 256) return n <= 4096 ? kSwap128x64DataParallel : kPingpong128x128;
   if (m_pow2 <= 512) return kPingpong128x128;
   return kCoop128x256RasterN;
