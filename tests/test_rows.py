@@ -99,6 +99,18 @@ def test_sm90_on_padded_producer_outputs_is_exact(m, n, k):
 
 
 @requires_sm90
+def test_the_padding_ends_on_the_tile_edge_the_ladder_picks():
+    # The rule here and the sm90 ladder (scaled_mm_sm90_configs.cuh) are stated apart: the
+    # padded row count must run the tile the unpadded one would, so that padding only
+    # fills that tile's last token tile.
+    plan = torch.ops.w8a8.scaled_mm_sm90_plan
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for m in range(65, 257):
+        for n in (4096, 6144, 64 * sms + 128, 28672):
+            assert plan(rows.padded_rows(m), n, 4096)[0] == plan(m, n, 4096)[0], (m, n)
+
+
+@requires_sm90
 def test_w8a8_linear_between_tile_edges_is_exact():
     layer = w8a8.W8A8Linear.from_linear(torch.nn.Linear(512, 256, bias=True, dtype=torch.bfloat16)).cuda()
     for m in (65, 100, 129, 250):

@@ -22,6 +22,8 @@ DOCS = ROOT / "docs"
 _MM = "python -m w8a8 bench --out benchmarks/results --suites scaled_mm"
 _SWEEP = "--shapes 4096x4096,6144x4096,12288x4096,28672x4096,4096x14336,8192x8192,57344x8192,8192x28672 --configs <those entries>"
 SERVING_M = (16, 32, 48, 64, 96, 128, 192, 256)
+# The sm90 rows on the quantizers' row-padded codes (bench.scaled_mm.PRODUCER_ROWS; the report reads JSON only).
+_LAYOUT = "w8a8 sm90, quantizer layout"
 _SERVING = f"{_MM},linear --m {','.join(map(str, SERVING_M))} --tag serving_h100"
 # Every file in benchmarks/results: what it holds, and the command (on the GPU machine) that writes it.
 SOURCES = {
@@ -193,7 +195,7 @@ def continuity_lines() -> list[str]:
     for n, k in _shapes(rows):
         at = {(r["impl"], r["M"]): r["us"] for r in rows if (r["N"], r["K"]) == (n, k)}
         exact = {m: u for (impl, m), u in at.items() if impl == "w8a8 sm90"}
-        layout = {m: at.get(("w8a8 sm90, quantizer layout", m), u) for m, u in exact.items()}
+        layout = {m: at.get((_LAYOUT, m), u) for m, u in exact.items()}
 
         def worst(us):
             steps = sorted(((us[m] / us[m - 1], m) for m in range(2, max(us) + 1)), reverse=True)
@@ -213,7 +215,7 @@ def rows_table() -> list[str]:
     body = []
     for n, k in _shapes(kern):
         exact = [us[("w8a8 sm90", n, k, m)] for m in ms]
-        padded = [us.get(("w8a8 sm90, quantizer layout", n, k, m), e) for m, e in zip(ms, exact)]
+        padded = [us.get((_LAYOUT, n, k, m), e) for m, e in zip(ms, exact)]
         body += [[f"{n} x {k}", "kernel, exact-size codes"] + [f"{u:.1f}" for u in exact],
                  ["", "kernel, quantizer layout"] + [f"{u:.1f}" for u in padded],
                  ["", "`W8A8Linear`"] + [f"{us[('W8A8Linear sm90', n, k, m)]:.1f}" for m in ms]]
