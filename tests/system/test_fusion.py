@@ -69,6 +69,9 @@ LAYERS = 2
 # is Inductor's (fp32 inside kernels, other summation orders), and an activation one bf16 ulp
 # off can change an int8 code. Measured ~0.6% relative, the same as without the pass.
 MODEL_REL_ERR = 2e-2
+# An RMSNorm computed by Inductor against eager's: fp32 throughout and one rounding to bf16
+# against eager's rounding after each step. Measured 0.2-0.4% relative (bf16's step is 0.8%).
+NORM_REL_ERR = 1e-2
 
 
 def _tiny_model(arch: str):
@@ -157,8 +160,12 @@ class Block(nn.Module):
     def forward(self, x, r):
         s = x + r
         h = self.norm(s)
+        return (s, h, *self.after_norm(h))
+
+    def after_norm(self, h):
+        """q, k, v and the MLP's output: everything that reads the normed activation."""
         q, k, v = (_member(h, self.qkv, a, n) for a, n in self.slices)
-        return s, h, q, k, v, self.down(F.silu(self.gate(h)) * self.up(h))
+        return q, k, v, self.down(F.silu(self.gate(h)) * self.up(h))
 
 
 def _check_equal(compiled, module, *args):
@@ -186,16 +193,27 @@ def test_block_merged_group_norm_and_silu_fused_bit_identical(graphs, dtype):
                    "rms_norm_quant": 0, "add_rms_norm_quant": 1, "silu_mul_quant": 1}
 
 
+def _check_after_inductor_norm(compiled, block, x, r):
+    """A Block whose norm stayed Inductor's: the residual sum is one bf16 add either way; the
+    normed activation is within rounding of eager's (see NORM_REL_ERR); everything that reads
+    it equals eager run on the compiled norm's output, bit for bit."""
+    with torch.no_grad():
+        got, want = compiled(x, r), block(x, r)
+        after = block.after_norm(got[1])
+    assert torch.equal(got[0], want[0])
+    assert _rel_err(got[1], want[1]) < NORM_REL_ERR
+    for g, w in zip(got[2:], after):
+        assert torch.equal(g, w)
+
+
 def test_unmatched_norm_left_alone_its_readers_share_one_quantizer(graphs):
     """Gemma's norm is not LlamaRMSNorm: the norm stays Inductor's, the merged q/k/v and gate,
-    up share one quantize_per_token (3), and the silu product is still fused."""
+    up share one quantize_per_token (3), and the silu product is still fused; what reads the
+    norm stays exact."""
     block = Block(gemma=True)
     compiled = torch.compile(block, fullgraph=True)
     x, r = torch.randn(5, 64, dtype=DT), torch.randn(5, 64, dtype=DT)
-    with torch.no_grad():
-        got, want = compiled(x, r), block(x, r)
-    for g, w in zip(got, want):
-        assert _rel_err(g, w) < MODEL_REL_ERR
+    _check_after_inductor_norm(compiled, block, x, r)
     ops, counts = _only(graphs)
     assert (counts["shared_quantizers"], counts["shared_linears"]) == (1, 3)
     assert counts["rms_norm_quant"] == counts["add_rms_norm_quant"] == 0 and counts["silu_mul_quant"] == 1
@@ -205,16 +223,12 @@ def test_unmatched_norm_left_alone_its_readers_share_one_quantizer(graphs):
 
 def test_eps_as_graph_input_leaves_norm_alone(graphs):
     """dynamic=True passes the module's float eps as a runtime input: the norm is not fused
-    (the op takes a constant eps), counted as such; results stay exact where the math is."""
+    (the op takes a constant eps), counted as such; what reads the norm stays exact."""
     block = Block()
     compiled = torch.compile(block, fullgraph=True, dynamic=True)
     for m in (3, 17):
         x, r = torch.randn(m, 64, dtype=DT), torch.randn(m, 64, dtype=DT)
-        with torch.no_grad():
-            got, want = compiled(x, r), block(x, r)
-        assert torch.equal(got[0], want[0])  # the residual sum: one bf16 add either way
-        for g, w in zip(got[1:], want[1:]):
-            assert _rel_err(g, w) < MODEL_REL_ERR
+        _check_after_inductor_norm(compiled, block, x, r)
     ops, counts = _only(graphs)
     assert counts["rms_norm_eps_input"] == 1 and counts["rms_norm_quant"] == counts["add_rms_norm_quant"] == 0
     assert ops["quantize_per_token"] == 1 and ops["silu_mul_quant"] == 1
