@@ -20,8 +20,9 @@
   - ``graph-plain``: the same with ``kernels=False`` (transformers' own rotary embedding and
     cache write, SDPA attention): what the kernels bring. Not in the default recipes.
   - ``eager``: ``model.generate(do_sample=False)`` as transformers runs it by default
-    (dynamic cache, eager): one timed call of EAGER_NEW_TOKENS tokens after a warm-up; decode
-    per token is (that time - the time of a 1-token call) / (EAGER_NEW_TOKENS - 1).
+    (dynamic cache, eager): after a warm-up, the median of REPEATS timed calls of
+    EAGER_NEW_TOKENS tokens; decode per token is (that time - the median of REPEATS 1-token
+    calls) / (EAGER_NEW_TOKENS - 1).
   - ``hf-compile``: transformers' own compiled decode (``cache_implementation="static"``:
     generate compiles the decode step, mode "reduce-overhead"), the same timing as eager,
     after one warm-up call of the same shapes (the compile). Not in the default recipes
@@ -112,9 +113,12 @@ def hf_point(model, ids: torch.Tensor, new_tokens: int, device, compiled: bool) 
     try:
         with torch.inference_mode():
             run(new_tokens if compiled else 2)  # warm-up (compiled: the compile, at these shapes)
-            one = _wall(lambda: run(1), device)
+            # Medians of REPEATS: one wall time each went negative in the difference below on
+            # a loaded 2-core CPU.
+            one = statistics.median(_wall(lambda: run(1), device) for _ in range(REPEATS))
             out = {}
-            total = _wall(lambda: out.setdefault("tokens", run(new_tokens)), device)
+            total = statistics.median(_wall(lambda: out.__setitem__("tokens", run(new_tokens)), device)
+                                      for _ in range(REPEATS))
     except Exception as exc:  # noqa: BLE001 - the row records why the recipe failed
         last = [line for line in traceback.format_exc().splitlines() if line.strip().startswith("File")][-1:]
         return {"failed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}", "where": last}, None
