@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import w8a8  # noqa: E402
 from w8a8 import dispatch, reference  # noqa: E402
+from w8a8.rows import padded_rows  # noqa: E402
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 DEV = "cuda"
@@ -176,7 +177,8 @@ def _quant_case(name, r, k, dtype, backend, static=False, zp=None, pad=0, offset
 
 
 def _linear_case(name, m, k, n, act_quant, small=False) -> SanitizeCase:
-    """W8A8Linear's forward on the single C++ op w8a8::linear_sm90 (CUDA quantizer + GEMM) up to 64 tokens."""
+    """W8A8Linear's forward on the single C++ op w8a8::linear_sm90 (CUDA quantizer, then the GEMM
+    as its programmatic dependent) up to 128 tokens."""
 
     def run():
         g = _gen("linear", m, k, n, act_quant)
@@ -191,7 +193,8 @@ def _linear_case(name, m, k, n, act_quant, small=False) -> SanitizeCase:
         torch.cuda.synchronize()
         return _ulp_diff(out, layer_cpu(x))  # the CPU layer runs the reference
 
-    return SanitizeCase(name, run, small, tma_store=_stores_by_tma(m, n, k, "", None, "auto"))
+    # The GEMM runs on the codes' padded rows (w8a8.rows).
+    return SanitizeCase(name, run, small, tma_store=_stores_by_tma(padded_rows(m), n, k, "", None, "auto"))
 
 
 def _empty_cases() -> list[SanitizeCase]:
@@ -264,6 +267,7 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
         # W8A8Linear's single op: CUDA quantizer then CUTLASS, dynamic and static.
         out.append(_linear_case("linear_sm90_dynamic_m4", 4, 512, 256, "dynamic", small=True))
         out.append(_linear_case("linear_sm90_static_m17", 17, 512, 256, "static"))
+        out.append(_linear_case("linear_sm90_dynamic_m100", 100, 4096, 256, "dynamic"))
 
     if "sm80" in names:
         for cname in names["sm80"]:

@@ -53,7 +53,7 @@ def test_opcheck_public_ops(device):
     torch.library.opcheck(torch.ops.w8a8.quantize_per_token.default, (x,))
     torch.library.opcheck(torch.ops.w8a8.quantize_static.default, (x, scale, None))
     torch.library.opcheck(torch.ops.w8a8.quantize_static.default, (x, scale, zp))
-    for m, static in ((1, False), (16, True), (100, False), (65, True)):  # sm90: single op <= 64 tokens
+    for m, static in ((1, False), (16, True), (100, False), (65, True), (200, False)):  # sm90: single op <= 128
         torch.library.opcheck(torch.ops.w8a8.linear.default, _linear_args(device, m, static))
     torch.library.opcheck(torch.ops.w8a8.linear.default, (torch.randn(2, 3, 128, device=device),
                                                          *_linear_args(device, 1, False)[1:3], None, None, None))
@@ -102,6 +102,8 @@ def test_opcheck_linear_sm90():
         pytest.skip("needs w8a8._C on an sm_90 GPU")
     for m, static in ((1, False), (16, True), (64, False)):
         torch.library.opcheck(torch.ops.w8a8.linear_sm90.default, _linear_args("cuda", m, static))
+    for m, rows, static in ((100, 128, False), (129, 192, True)):  # codes row-padded (w8a8.rows)
+        torch.library.opcheck(torch.ops.w8a8.linear_sm90.default, _linear_args("cuda", m, static), {"rows": rows})
 
 
 # --- torch.export --------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The sm90 table (``w8a8::scaled_mm_sm90``, ``w8a8._C``) on a Hopper GPU: every config
 entry forced by name, the decode kernels (dp4a GEMV, mma.sync skinny GEMM), split-K and
 stream-K through the plan op and the kernel op's ``split_k`` / ``scheduler``, CUDA graphs,
-and the SASS. Entries are addressed by name from ``dispatch.config_names("sm90")``.
+the single op ``w8a8::linear_sm90`` against quantize + scaled_mm, and the SASS. Entries are
+addressed by name from ``dispatch.config_names("sm90")``.
 
 Every output equals the reference bit for bit (``KERNEL_ULP``): int32 partial sums in any
 split order give the same accumulator, and the epilogue rounds like the reference.
@@ -24,6 +25,7 @@ DECODE = [n for n in NAMES if n.startswith(("gemv", "skinny"))] or ["<decode ent
 GEMV = [n for n in NAMES if n.startswith("gemv")]
 op = torch.ops.w8a8.scaled_mm_sm90 if SM90 else None
 plan = torch.ops.w8a8.scaled_mm_sm90_plan if SM90 else None
+linear_op = torch.ops.w8a8.linear_sm90.default if SM90 else None
 
 
 def _run(*operands, out_dtype=torch.bfloat16, config="", split_k=None, scheduler="auto"):
@@ -201,6 +203,71 @@ def test_the_192_token_rung(m):
         assert tuple(plan(m, n, 4096)) == (expected, "data_parallel", 1), (m, n)
     for n, k in ((4096, 4096 + 16), (6144, 1040), (10240, 528), (28672, 272)):
         _check(*mm_operands(m, n, k, "cuda"), out_dtype=torch.float16 if m % 2 else torch.bfloat16)
+
+
+# --- w8a8::linear_sm90: the quantizer, then the GEMM as its programmatic dependent ------------------
+
+
+def _linear_operands(m, n, k, dtype, static):
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    w, ws = rand_int8(n, k, device="cuda"), rand_scale(n, device="cuda")
+    bias = torch.randn(n, device="cuda").to(dtype)
+    s = torch.tensor([0.03], device="cuda") if static else None
+    zp = torch.tensor([-7], dtype=torch.int8, device="cuda") if static else None
+    return x, w, ws, bias, s, zp
+
+
+def _composed(x, w, ws, bias, s, zp):
+    return dispatch.linear_composed(x, w, ws, bias, s, zp, mm_backend="sm90", quant_backend="cuda")
+
+
+@pytest.mark.parametrize("m", [1, 5, 17, 33, 64, 65, 100, 128, 129, 150, 192])
+@pytest.mark.parametrize("n,k", [(384, 4096), (1024, 256)])  # more K blocks than stages; fewer
+def test_linear_sm90_equals_quantize_then_scaled_mm(m, n, k):
+    """The single op (the GEMM loads its first weight tiles before waiting for the quantizer,
+    its codes row-padded as w8a8.rows pads them) gives the composition's bits: dynamic and
+    static with a zero point, bias, bf16 and fp16."""
+    from w8a8 import rows
+
+    for dtype, static in ((torch.bfloat16, False), (torch.float16, True)):
+        args = _linear_operands(m, n, k, dtype, static)
+        want = _composed(*args)
+        for padded in (0, rows.padded_rows(m)):
+            poison_allocator(rows.padded_rows(m) * max(n, k) * 2, "cuda")
+            got = linear_op(*args, rows=padded)
+            torch.cuda.synchronize()
+            assert got.shape == (m, n) and got.is_contiguous()
+            assert torch.equal(got, want), (m, n, k, dtype, padded)
+
+
+def test_linear_sm90_reads_weights_written_just_before_it():
+    """In a CUDA graph: weights and input rewritten by the kernels right before the call (the
+    GEMM reads weights before its wait, which is safe because the quantizer between them is
+    launched in plain stream order); every replay has the new operands' bits."""
+    from w8a8 import rows
+
+    m, n, k = 100, 1024, 4096
+    x, w, ws, bias, _, _ = _linear_operands(m, n, k, torch.bfloat16, False)
+    new_x, new_w = x.clone(), w.clone()
+
+    def step():
+        x.copy_(new_x)
+        w.copy_(new_w)
+        return linear_op(x, w, ws, bias, None, None, rows=rows.padded_rows(m))
+
+    graph, out = capture_graph(step)
+    for _ in range(3):
+        new_x.copy_(torch.randn_like(new_x))
+        new_w.copy_(rand_int8(n, k, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, _composed(new_x, new_w, ws, bias, None, None))
+
+
+def test_linear_sm90_refuses_fewer_rows_than_tokens():
+    args = _linear_operands(17, 64, 128, torch.bfloat16, False)
+    with pytest.raises(ValueError, match=r"w8a8.linear: rows .* at least the 17 tokens of x, got 16"):
+        linear_op(*args, rows=16)
 
 
 def test_split_k_in_a_cuda_graph():

@@ -54,11 +54,14 @@ BACKENDS = {
     "silu_mul_quant": ("triton", "reference"),
 }
 # Up to this many tokens W8A8Linear's forward on sm90 runs as the single C++ op
-# w8a8::linear_sm90 (CUDA quantizer + GEMM in one call): decode, where host time
-# dominates (H100, decode_h100.json: 15-30 us of host time per call across runs, the
-# composed Python path 90-160 us). Above it the Triton quantizer's better bandwidth
-# wins (3.5 against 4.5 us at M = 128, K = 4096) and the composed path runs.
-LINEAR_SM90_MAX_TOKENS = 64
+# w8a8::linear_sm90: the CUDA quantizer, then the GEMM launched as its programmatic
+# dependent, which loads its first weight tiles while the quantizer runs. H100, CUDA-graph
+# replays (linear_serving_h100.json): at M = 32..128 it runs ahead of quantize + scaled_mm
+# on most Llama-3 shapes (4096 x 4096, M = 64: 1.13 -> 1.29x bf16; 6144 x 4096: 1.23 ->
+# 1.41x). At M = 192 it lost on the K = 8192 shapes (57344 x 8192: 1.62 -> 1.34x), so the
+# composed path runs above 128. Few tokens: host time as well (15-30 us per call against
+# 90-160 us for the composed Python path, decode_h100.json).
+LINEAR_SM90_MAX_TOKENS = 128
 # TMA (sm90) and cp.async (sm80) move 16-byte rows: int8 operands need K % 16 == 0,
 # 16-bit outputs N % 8 == 0, and the CUTLASS kernels write bf16 / fp16 only.
 CUTLASS_K_MULTIPLE = 16
@@ -378,7 +381,9 @@ def linear_kernel(x, weight, backend: str | None = None):
     # (Traced only when a kernel is named: the public op is opaque. The single op's route
     # reads data pointers, which a traced tensor has not: the composed path is traced.)
     if backend in (None, "sm90") and not torch.compiler.is_compiling() and _linear_sm90_fits(x, weight):
-        return torch.ops.w8a8.linear_sm90.default
+        # The codes' rows padded as the producers pad theirs (w8a8.rows).
+        return functools.partial(torch.ops.w8a8.linear_sm90.default,
+                                 rows=rows.padded_rows(math.prod(x.shape[:-1])))
     if backend is None:
         return linear_composed
     quant = backend if backend in ("triton", "reference") else None

@@ -57,6 +57,11 @@ struct ScaledMmSm90Params : ScaledMmProblem {
   ScaledMmScheduler scheduler = ScaledMmScheduler::kAuto;
   int device_id = 0;
   int sm_count = 0;  // multiprocessor count of device_id; must be > 0
+  // The caller guarantees that no kernel still running when this one is enqueued
+  // writes b (the weights): w8a8::linear, whose kernel before the GEMM is its own
+  // quantizer. The CUTLASS GEMM then launches as that kernel's programmatic dependent
+  // and loads its first weight tiles before waiting for it (scaled_mm_sm90_mainloop.cuh).
+  bool weights_ready = false;
 };
 
 // What a call runs: the table entry and the options its launcher receives.

@@ -27,6 +27,7 @@
 #include "sm90/scaled_mm_sm90.h"
 #include "sm90/scaled_mm_sm90_configs.cuh"
 #include "sm90/scaled_mm_sm90_epilogue.cuh"
+#include "sm90/scaled_mm_sm90_mainloop.cuh"
 
 namespace w8a8::sm90 {
 
@@ -88,12 +89,15 @@ struct ScaledMmSm90Gemm {
       void, LayoutD, kAlignmentD,  // no C operand
       ElementOut, LayoutD, kAlignmentD, EpilogueSchedule, typename Epilogue::EVT>::CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignmentAB, ElementB,
-      LayoutB, kAlignmentAB, ElementAccumulator, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      KernelSchedule>::CollectiveOp;
+  // The weights are A in swap-AB configs, B otherwise (scaled_mm_sm90_mainloop.cuh).
+  using CollectiveMainloop = WeightsFirstMainloop<
+      typename cutlass::gemm::collective::CollectiveBuilder<
+          cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignmentAB, ElementB,
+          LayoutB, kAlignmentAB, ElementAccumulator, TileShape, ClusterShape,
+          cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+              sizeof(typename CollectiveEpilogue::SharedStorage))>,
+          KernelSchedule>::CollectiveOp,
+      kSwapAB>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
                                                       CollectiveMainloop, CollectiveEpilogue,
@@ -183,6 +187,7 @@ struct ScaledMmSm90Arguments {
     args.mainloop.dA = stride_a;
     args.mainloop.ptr_B = G::kSwapAB ? p.a : p.b;
     args.mainloop.dB = stride_b;
+    args.mainloop.weights_first = p.weights_ready;
     args.epilogue = {G::Epilogue::arguments(epilogue_inputs), nullptr, stride_d,
                      static_cast<ElementOut*>(p.out), stride_d};
     args.hw_info.device_id = p.device_id;
@@ -234,7 +239,8 @@ void ScaledMmSm90Launcher<Config, ElementOut>::run(const ScaledMmSm90Params& par
   // initialize() zeroes the stream-K locks in `workspace` on `stream`, sets
   // the kernel's dynamic shared memory limit, and builds the TMA descriptors.
   detail::throw_if_failed(gemm.initialize(args, workspace, stream), "initialize");
-  detail::throw_if_failed(gemm.run(stream), "launch");
+  // weights_ready: launched as the programmatic dependent of the kernel before it.
+  detail::throw_if_failed(gemm.run(stream, nullptr, params.weights_ready), "launch");
 }
 
 }  // namespace w8a8::sm90

@@ -4,12 +4,17 @@
 //
 // Kernel op (namespace w8a8; the public op w8a8::linear routes to it):
 //   linear_sm90(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias,
-//               Tensor? input_scale, Tensor? input_zero_point) -> Tensor
+//               Tensor? input_scale, Tensor? input_zero_point, int rows=0) -> Tensor
 //     x [..., K] bf16/fp16 (any strides) -> out [..., N] in x's dtype:
 //       input_scale None: q, s = quantize_per_token(x)                          (dynamic)
 //       else:             q = quantize_static(x, input_scale, input_zero_point), s = input_scale
 //       out = scaled_mm(q, weight, s, weight_scale, bias, x.dtype)  (the sm90 heuristic)
-//     The bias is used as given: with a zero point it is the folded one.
+//     The bias is used as given: with a zero point it is the folded one. rows: the
+//     rows q and s are allocated with (0: M), as w8a8/rows.py pads them; the GEMM runs
+//     on those rows and the first M rows of its output are returned (w8a8/rows.py
+//     says why).
+//     The GEMM launches as the quantizer's programmatic dependent and loads its first
+//     weight tiles while the quantizer runs (ScaledMmSm90Params::weights_ready).
 // It checks the rules of validate.linear once, then the kernels' limits, and
 // runs the quantizer and the GEMM on the checked operands.
 #include <cstdint>
@@ -32,13 +37,17 @@ constexpr const char* kOp = "linear";
 
 at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
                        const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& input_scale,
-                       const c10::optional<at::Tensor>& input_zero_point) {
+                       const c10::optional<at::Tensor>& input_zero_point, int64_t rows_allocated) {
   checks::linear(x, weight, weight_scale, bias, input_scale, input_zero_point);
   const int64_t n = weight.size(0), k = weight.size(1);
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = n;
   int64_t m = 1;
   for (size_t d = 0; d + 1 < out_shape.size(); ++d) m *= out_shape[d];
+  W8A8_CHECK_VALUE(kOp, rows_allocated == 0 || rows_allocated >= m,
+                   "rows (the rows the codes are allocated with) must be 0 or at least the ", m,
+                   " tokens of x, got ", rows_allocated);
+  const int64_t padded = rows_allocated == 0 ? m : rows_allocated;
   // The composed definition quantizes x per token first, which refuses K = 0 with its
   // own message: the same error here.
   if (!input_scale.has_value() && k == 0) {
@@ -59,22 +68,26 @@ at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::
                      device);
 
   const at::Tensor rows = quantizer_rows(x, k);
-  at::Tensor q = at::empty({m, k}, x.options().dtype(at::kChar));
-  at::Tensor a_scale;
+  // The quantizer writes the first m rows; the pad rows reach only output rows dropped below.
+  const at::Tensor q_padded = at::empty({padded, k}, x.options().dtype(at::kChar));
+  at::Tensor q = q_padded.narrow(0, 0, m);
+  at::Tensor a_scale_padded;
   if (input_scale.has_value()) {
     quantize_static_checked(kOp, rows, q, *input_scale, input_zero_point);
-    a_scale = *input_scale;
+    a_scale_padded = *input_scale;
   } else {
-    a_scale = at::empty({m, 1}, x.options().dtype(at::kFloat));
+    a_scale_padded = at::empty({padded, 1}, x.options().dtype(at::kFloat));
+    at::Tensor a_scale = a_scale_padded.narrow(0, 0, m);
     quantize_per_token_checked(kOp, rows, q, a_scale);
   }
   ScaledMmSm90Params params;  // config "" (the heuristic), no split request
-  params.m = m;
+  params.m = padded;
   params.n = n;
   params.k = k;
-  const at::Tensor out =
-      scaled_mm_sm90_checked(kOp, params, q, weight, a_scale, weight_scale, bias, x.scalar_type(), info);
-  return out.view(out_shape);
+  params.weights_ready = true;  // the kernel before the GEMM is the quantizer above
+  const at::Tensor out = scaled_mm_sm90_checked(kOp, params, q_padded, weight, a_scale_padded, weight_scale, bias,
+                                                x.scalar_type(), info);
+  return out.narrow(0, 0, m).view(out_shape);
 }
 
 }  // namespace
@@ -83,7 +96,7 @@ at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::
 TORCH_LIBRARY_FRAGMENT(w8a8, m) {
   m.def(
       "linear_sm90(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias, Tensor? input_scale, "
-      "Tensor? input_zero_point) -> Tensor");
+      "Tensor? input_zero_point, int rows=0) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(w8a8, CUDA, m) { m.impl("linear_sm90", &w8a8::linear_sm90); }

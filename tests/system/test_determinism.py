@@ -150,7 +150,7 @@ def test_quantizer_graph_replays(backend):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("m", [4, 100])  # the single C++ op (<= 64 tokens on sm90) and the composed path
+@pytest.mark.parametrize("m", [4, 100, 256])  # the single C++ op (<= 128 tokens on sm90) and the composed path
 def test_w8a8linear_graph_replays(m):
     layer = w8a8.W8A8Linear.from_linear(torch.nn.Linear(4096, 1024, device="cuda", dtype=torch.bfloat16))
     x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)

@@ -133,4 +133,5 @@ def test_bf16_sm90_layers_take_the_single_op_path():
     code = "\n".join(g.code for g in explanation.graphs)
     assert explanation.graph_break_count == 0 and "torch.ops.w8a8.linear.default" in code, code
     fed_by_x = [m for m in model.modules() if isinstance(m, w8a8.W8A8Linear) and m.in_features == x.shape[-1]]
-    assert fed_by_x and all(dispatch.linear_kernel(x, m.weight) is torch.ops.w8a8.linear_sm90.default for m in fed_by_x)
+    assert fed_by_x and all(dispatch.linear_kernel(x, m.weight).func is torch.ops.w8a8.linear_sm90.default
+                           for m in fed_by_x)
