@@ -113,6 +113,12 @@ struct WeightsFirstMainloop : Base {
       copy(mainloop_params.tma_load_b.with(*pipeline.producer_get_barrier(state), mcast_mask_b),
            tBgB(_, _, _, k_tile), tBsB(_, _, _, state.index()));
     };
+    auto copy_weights = [&](PipelineState const& state, auto k_tile) {
+      if constexpr (kWeightIsA) copy_a(state, k_tile); else copy_b(state, k_tile);
+    };
+    auto copy_activations = [&](PipelineState const& state, auto k_tile) {
+      if constexpr (kWeightIsA) copy_b(state, k_tile); else copy_a(state, k_tile);
+    };
 
     // Prologue (the CTA's first tile): the weights of the first stages, the wait, then
     // their activations.
@@ -122,22 +128,14 @@ struct WeightsFirstMainloop : Base {
     KTileIterator weight_k = k_tile_iter;
     for (int i = 0; i < first; ++i) {
       pipeline.producer_acquire(weight_write);
-      if constexpr (kWeightIsA) {
-        copy_a(weight_write, *weight_k);
-      } else {
-        copy_b(weight_write, *weight_k);
-      }
+      copy_weights(weight_write, *weight_k);
       ++weight_k;
       ++weight_write;
     }
     if (first_tile_) wait_for_prior_grids();  // returns at once without the launch attribute
     first_tile_ = false;
     for (int i = 0; i < first; ++i) {
-      if constexpr (kWeightIsA) {
-        copy_b(smem_pipe_write, *k_tile_iter);
-      } else {
-        copy_a(smem_pipe_write, *k_tile_iter);
-      }
+      copy_activations(smem_pipe_write, *k_tile_iter);
       ++k_tile_iter;
       ++smem_pipe_write;
     }
