@@ -14,8 +14,9 @@ from helpers import (FLOAT_DTYPES, CUDA, assert_same_codes, capture_graph, kerne
 
 PER_TOKEN = kernel_params("quantize_per_token")
 STATIC = kernel_params("quantize_static")
-# On the GPU: the CUDA quantizer's launch paths (warp per row up to 128 vectors, block per
-# row in registers up to 2048, two-pass above; odd K takes scalar loads). In the
+# On the GPU: the CUDA quantizer's launch paths at 12 rows (1 or 2 warps per row up to 256
+# vectors, then a block per row in registers, 2 to 8 vectors per thread up to 4096, two
+# passes above; odd K takes scalar loads; more rows: test_per_token_llm_shapes). In the
 # interpreter: a few K that cover one, partial and several blocks.
 K_VALUES = ([1, 7, 16, 100, 512, 1000, 1024, 1032, 4096, 8192, 8200, 14336, 16384, 16392, 20000] if CUDA
             else [1, 7, 100, 1000])
@@ -202,7 +203,8 @@ def test_public_ops(device):
 @pytest.mark.cuda
 @pytest.mark.parametrize("device,backend", kernel_params("quantize_per_token", devices=("cuda",)))
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("m,k", [(1000, 4096), (257, 14336), (64, 16384), (9, 32768 + 123), (2048, 4096)])
+@pytest.mark.parametrize("m,k", [(1000, 4096), (257, 14336), (64, 16384), (9, 32768 + 123), (2048, 4096),
+                                 (100, 4096), (256, 8192), (64, 28672), (17, 32768 + 16), (33, 3001)])
 def test_per_token_llm_shapes(device, backend, dtype, m, k):
     per_token(backend, plant_special_rows(rows_with_spread(m, k, dtype, device)))
 

@@ -7,8 +7,9 @@
 // max, so NaN propagation rules of fmaxf do not matter.
 //
 // Launch shapes of the per-token kernel (Launch below picks one per call):
-//   * 32..512 threads per row, the row held in registers, 4 or 8 vectors per thread at
-//     most (bf16/fp16: K <= 32768): x is read from HBM once;
+//   * 32..512 threads per row, the row held in registers, 2 to 8 vectors per thread at
+//     most (bf16/fp16: K <= 32768): x is read from HBM once; up to 256 rows, one row per
+//     block with more threads (latency), above that the throughput shapes;
 //   * 256 threads per row, two passes - longer rows: amax, then quantize (the second
 //     read mostly hits L2).
 // A "vector" is 16 bytes of x when x's rows are 16-byte aligned and K is a
@@ -309,11 +310,11 @@ struct Launch {
     return aligned && p.k % kVec16 == 0 && (p.rows == 1 || p.ldx % kVec16 == 0);
   }
 
-  // Rows held in registers: up to 512 vectors (bf16: K <= 4096) by the fewest of 32..128
+  // Above kServingRows, rows held in registers: up to 512 vectors (bf16: K <= 4096) by the fewest of 32..128
   // threads with at most 4 vectors each (32 values, the Triton kernel's measured optimum at
   // K = 4096); longer rows by 256 or 512 threads with up to 8 vectors each (H100, M = 8192:
   // 4 vectors over 512 threads ran K = 14336 at 56% of HBM, 8 over 256 threads at 63%);
-  // rows beyond that stream twice through 256 threads.
+  // rows beyond that take two passes.
   template <int kVec, int kThreadsPerRow, int kRowVecs>
   static void launch_per_token(const QuantizeParams& p, float* scale, cudaStream_t stream) {
     constexpr int kThreads = block_threads<kThreadsPerRow>();
@@ -323,18 +324,45 @@ struct Launch {
         <<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
   }
 
+  // Rows longer than the register shapes hold: two passes through 256 threads.
+  template <int kVec>
+  static void launch_two_pass(const QuantizeParams& p, float* scale, cudaStream_t stream) {
+    quantize_per_token_kernel<T, kVec, 256, 0>
+        <<<p.rows, 256, 0, stream>>>(static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
+  }
+
+  // Up to this many rows (W8A8Linear's single op serves 128 tokens) the kernel is
+  // latency-bound: a block per row, and each thread's serial work is what lasts.
+  static constexpr int64_t kServingRows = 256;
+
+  // Serving rows: one row per block, 256 or 512 threads with 2 to 8 vectors each. H100,
+  // bf16, M = 16..256, back-to-back launches in a CUDA graph (a scratch sweep of every
+  // 256 / 512 / 1024-thread shape, the row over 2-8 CTA clusters too): 256 x 2 at K = 4096
+  // (2.7-3.6 us against 3.7-4.1 for two rows of 128 x 4 per block), 512 x 2 at K = 8192
+  // (3.5-5.2 against 4.6-6.1), 512 x 4 at K = 14336 (5.0-7.7 against 6.0-8.0), 512 x 8 at
+  // K = 28672 (a 4-CTA cluster per row was faster at M <= 32 only, by up to 1.9 us).
+  template <int kVec>
+  static void per_token_serving(const QuantizeParams& p, float* scale, cudaStream_t stream) {
+    const int64_t vecs = p.k / kVec;
+    if (vecs <= 256 * 2) launch_per_token<kVec, 256, 2>(p, scale, stream);
+    else if (vecs <= 512 * 2) launch_per_token<kVec, 512, 2>(p, scale, stream);
+    else if (vecs <= 512 * 4) launch_per_token<kVec, 512, 4>(p, scale, stream);
+    else if (vecs <= 512 * 8) launch_per_token<kVec, 512, 8>(p, scale, stream);
+    else launch_two_pass<kVec>(p, scale, stream);
+    check_launch("quantize_per_token_cuda");
+  }
+
   template <int kVec>
   static void per_token(const QuantizeParams& p, float* scale, cudaStream_t stream) {
     const int64_t vecs = p.k / kVec;
+    // Rows of up to 256 vectors (bf16: K <= 2048) keep the shapes below (not measured).
+    if (p.rows <= kServingRows && vecs > 64 * 4) return per_token_serving<kVec>(p, scale, stream);
     if (vecs <= 32 * 4) launch_per_token<kVec, 32, 4>(p, scale, stream);
     else if (vecs <= 64 * 4) launch_per_token<kVec, 64, 4>(p, scale, stream);
     else if (vecs <= 128 * 4) launch_per_token<kVec, 128, 4>(p, scale, stream);
     else if (vecs <= 256 * 8) launch_per_token<kVec, 256, 8>(p, scale, stream);
     else if (vecs <= 512 * 8) launch_per_token<kVec, 512, 8>(p, scale, stream);
-    else {
-      quantize_per_token_kernel<T, kVec, 256, 0>
-          <<<p.rows, 256, 0, stream>>>(static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
-    }
+    else launch_two_pass<kVec>(p, scale, stream);
     check_launch("quantize_per_token_cuda");
   }
 
