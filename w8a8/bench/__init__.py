@@ -51,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma list of sm90, sm80, triton, reference, int_mm (default: what runs on the device)")
     p.add_argument("--suites", default=",".join(DEFAULT_SUITES), help=f"comma list of {', '.join(SUITES)}")
     p.add_argument("--sweep", action="store_true",
-                   help="split_k suite: also every split of both decode tiles; sm80 suite: every config at every M")
+                   help="split_k suite: also every split of both decode tiles; sm80 suite: every config at every M; "
+                   "linear suite: also both sm90 paths forced (the single op, quantize + scaled_mm)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--configs", default="", help="scaled_mm suite: comma list of sm90 config names to time beside "
                    "the heuristic (python -m w8a8 info lists them)")
@@ -132,7 +133,8 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
             elif suite == "split_k":
                 rows += split_k.bench_shape(m, n, k, ceilings, device, sweep=getattr(args, "sweep", False))
             else:
-                rows += linear.bench_shape(m, n, k, [b for b in chosen if b != scaled_mm.INT_MM], ceilings, device)
+                rows += linear.bench_shape(m, n, k, [b for b in chosen if b != scaled_mm.INT_MM], ceilings, device,
+                                           sweep=getattr(args, "sweep", False))
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         print(harness.markdown_table(rows if suite != "sm80" else [r for r in rows if r.get("x_bf16")]))

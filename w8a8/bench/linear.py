@@ -5,22 +5,38 @@ import torch
 import torch.nn.functional as F
 
 import w8a8
+from w8a8 import dispatch
+from w8a8 import rows as padded_rows
 from w8a8.bench import harness
 
+# --sweep rows: both sm90 paths of w8a8::linear forced, whatever the dispatch picks.
+SINGLE_OP = "linear sm90, single op"
+COMPOSED = "linear sm90, quantize + scaled_mm"
 
-def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, device="cuda") -> list[dict]:
-    """Rows for one (M, N, K): bf16 F.linear first, then W8A8Linear on each backend."""
+
+def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, device="cuda",
+                sweep: bool = False) -> list[dict]:
+    """Rows for one (M, N, K): bf16 F.linear first, then W8A8Linear on each backend; with
+    ``sweep`` on sm90 also the single op ``w8a8::linear_sm90`` and the composed path (all
+    timed together, their replays interleaved)."""
     n_sets = harness.rotation_count(2 * n * k, device)
     linears = [torch.nn.Linear(k, n, bias=False, device=device, dtype=torch.bfloat16) for _ in range(n_sets)]
     x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-    rows = []
-    bf16 = harness.time_calls([lambda l=l: F.linear(x, l.weight) for l in linears], device)
-    rows.append(harness.gemm_row("bf16 F.linear", m, n, k, bf16, 2 * (m * k + n * k + m * n), ceilings, bf16.us,
-                                 peak_key="bf16_flops"))
-    # Bytes of the unfused path: read x (bf16), write+read q (int8) and scales, read W, write out.
-    bytes_e2e = 2 * m * k + 2 * m * k + n * k + 2 * m * n
+    cases = {"bf16 F.linear": [lambda l=l: F.linear(x, l.weight) for l in linears]}
     for backend in backends:
         layers = [w8a8.W8A8Linear.from_linear(l, backend=backend) for l in linears]
-        t = harness.time_calls([lambda q=q: q(x) for q in layers], device)
-        rows.append(harness.gemm_row(f"W8A8Linear {backend}", m, n, k, t, bytes_e2e, ceilings, bf16.us))
+        cases[f"W8A8Linear {backend}"] = [lambda q=q: q(x) for q in layers]
+        if sweep and backend == "sm90" and dispatch.unavailable_reason("quantize_per_token", "cuda", x.device) is None:
+            cases[SINGLE_OP] = [lambda q=q: torch.ops.w8a8.linear_sm90(x, q.weight, q.weight_scale, None, None, None,
+                                                                       padded_rows.padded_rows(m)) for q in layers]
+            cases[COMPOSED] = [lambda q=q: dispatch.linear_composed(x, q.weight, q.weight_scale, None, None, None,
+                                                                    mm_backend="sm90") for q in layers]
+    timings = harness.time_interleaved(cases, device)
+    bf16_us = timings["bf16 F.linear"].us
+    rows = [harness.gemm_row("bf16 F.linear", m, n, k, timings["bf16 F.linear"], 2 * (m * k + n * k + m * n),
+                             ceilings, bf16_us, peak_key="bf16_flops")]
+    # Bytes of the unfused path: read x (bf16), write+read q (int8) and scales, read W, write out.
+    bytes_e2e = 2 * m * k + 2 * m * k + n * k + 2 * m * n
+    rows += [harness.gemm_row(name, m, n, k, timings[name], bytes_e2e, ceilings, bf16_us)
+             for name in cases if name != "bf16 F.linear"]
     return rows

@@ -73,18 +73,19 @@ def bf16_row(ops: Operands, m: int, n: int, k: int, ceilings: dict, device) -> t
 
 def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, device="cuda",
                 configs=()) -> list[dict]:
-    """Rows for one (M, N, K): bf16 F.linear first, then each requested implementation."""
+    """Rows for one (M, N, K): bf16 F.linear first, then each requested implementation
+    (timed together, their replays interleaved)."""
     ops = operands(m, n, k, device)
     n_sets, w_q, w_s, a_q, a_s, int8_bytes = ops.n_sets, ops.w_q, ops.w_s, ops.a_q, ops.a_s, ops.int8_bytes
-    bf16, bf16_us = bf16_row(ops, m, n, k, ceilings, device)
-    rows = [bf16]
+    # name -> (one call per weight set, bytes moved, the ceiling's key)
+    cases = {"bf16 F.linear": ([lambda i=i: F.linear(ops.x, ops.w_bf16[i]) for i in range(n_sets)],
+                               2 * (m * k + n * k + m * n), "bf16_flops")}
     if INT_MM in backends and m > 16 and torch.device(device).type == "cuda":
-        t = harness.time_calls([lambda i=i: torch._int_mm(a_q, w_q[i].t()) for i in range(n_sets)], device)
-        rows.append(harness.gemm_row("torch._int_mm (int32 out, no dequant)", m, n, k, t,
-                                     m * k + n * k + 4 * m * n, ceilings, bf16_us))
+        cases["torch._int_mm (int32 out, no dequant)"] = (
+            [lambda i=i: torch._int_mm(a_q, w_q[i].t()) for i in range(n_sets)], m * k + n * k + 4 * m * n, None)
         for name, fn in (("eager", _int_mm_dequant), ("compiled", _int_mm_dequant_compiled())):
-            t = harness.time_calls([lambda i=i, f=fn: f(a_q, w_q[i], a_s, w_s[i]) for i in range(n_sets)], device)
-            rows.append(harness.gemm_row(f"torch._int_mm + dequant ({name})", m, n, k, t, int8_bytes, ceilings, bf16_us))
+            cases[f"torch._int_mm + dequant ({name})"] = (
+                [lambda i=i, f=fn: f(a_q, w_q[i], a_s, w_s[i]) for i in range(n_sets)], int8_bytes, None)
     for backend in (b for b in backends if b != INT_MM):
         for config in [""] + (list(configs) if backend == "sm90" else []):
             if not config:
@@ -93,15 +94,17 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, dev
             else:
                 fn = lambda i, c=config: torch.ops.w8a8.scaled_mm_sm90(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16, c)
                 name = f"w8a8 sm90 config {config}"
-            t = harness.time_calls([lambda i=i, f=fn: f(i) for i in range(n_sets)], device)
-            rows.append(harness.gemm_row(name, m, n, k, t, int8_bytes, ceilings, bf16_us))
+            cases[name] = ([lambda i=i, f=fn: f(i) for i in range(n_sets)], int8_bytes, None)
     if "sm90" in backends and padded_rows.padded_rows(m) != m:
         # The same codes in the layout the package's quantizers return (row-padded storage,
         # w8a8/rows.py), which the sm90 GEMM runs on its padded rows.
         a_rows = padded_rows.empty((m, k), torch.int8, device, pad=True)
         s_rows = padded_rows.empty((m, 1), torch.float32, device, pad=True)
         a_rows.copy_(a_q), s_rows.copy_(a_s)
-        t = harness.time_calls([lambda i=i: w8a8.scaled_mm(a_rows, w_q[i], s_rows, w_s[i], None, torch.bfloat16)
-                                for i in range(n_sets)], device)
-        rows.append(harness.gemm_row(PRODUCER_ROWS, m, n, k, t, int8_bytes, ceilings, bf16_us))
-    return rows
+        cases[PRODUCER_ROWS] = ([lambda i=i: w8a8.scaled_mm(a_rows, w_q[i], s_rows, w_s[i], None, torch.bfloat16)
+                                 for i in range(n_sets)], int8_bytes, None)
+    timings = harness.time_interleaved({name: case[0] for name, case in cases.items()}, device)
+    bf16_us = timings["bf16 F.linear"].us
+    return [harness.gemm_row(name, m, n, k, timings[name], moved, ceilings, bf16_us,
+                             **({"peak_key": peak} if peak else {}))
+            for name, (_, moved, peak) in cases.items()]
