@@ -178,7 +178,7 @@ def _quant_case(name, r, k, dtype, backend, static=False, zp=None, pad=0, offset
 
 def _linear_case(name, m, k, n, act_quant, small=False) -> SanitizeCase:
     """W8A8Linear's forward on the single C++ op w8a8::linear_sm90 (CUDA quantizer, then the GEMM
-    as its programmatic dependent) up to 128 tokens."""
+    as its programmatic dependent; w8a8.dispatch says where it runs)."""
 
     def run():
         g = _gen("linear", m, k, n, act_quant)
@@ -268,6 +268,8 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
         out.append(_linear_case("linear_sm90_dynamic_m4", 4, 512, 256, "dynamic", small=True))
         out.append(_linear_case("linear_sm90_static_m17", 17, 512, 256, "static"))
         out.append(_linear_case("linear_sm90_dynamic_m100", 100, 4096, 256, "dynamic"))
+        out.append(_linear_case("linear_sm90_dynamic_m150", 150, 1024, 512, "dynamic"))   # the 64x96 swap tile
+        out.append(_linear_case("linear_sm90_dynamic_m200", 200, 512, 4224, "dynamic"))  # the 128x128 pingpong tile
 
     if "sm80" in names:
         for cname in names["sm80"]:
@@ -278,12 +280,16 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
             out.append(_mm_case(f"sm80_ladder_m{m}", m, 264, 1040, op="sm80"))
 
     if dry or dispatch.unavailable_reason("quantize_per_token", "cuda", torch.device(DEV)) is None:
-        # The CUDA quantizers: warp per row (K <= 1024 bf16), block per row (<= 16384), two-pass
-        # above; 16-byte vector loads, scalar loads for odd K, misaligned and row-strided rows.
+        # The CUDA quantizers at 37 rows: warps per row (K <= 2048 bf16), a block per row
+        # (<= 32768), two-pass above; 300 rows: the throughput shapes (several rows per
+        # block up to K = 4096 bf16); 16-byte vector loads, scalar loads for odd K,
+        # misaligned and row-strided rows.
         for k in (1, 7, 100, 1032, 8200, 16392):
             for dtype in (BF16, FP32):
                 out.append(_quant_case(f"cuda_per_token_k{k}_{str(dtype)[6:]}", 37, k, dtype, "cuda",
                                        small=(k, dtype) in ((100, BF16), (8200, BF16))))
+        for k in (1032, 8200):
+            out.append(_quant_case(f"cuda_per_token_k{k}_rows300", 300, k, BF16, "cuda"))
         out.append(_quant_case("cuda_per_token_row_strided", 37, 1024, BF16, "cuda", pad=64))
         out.append(_quant_case("cuda_per_token_offset_by_one", 37, 1024, BF16, "cuda", pad=8, offset=1))
         for k, zp in ((7, None), (1032, torch.int8), (4096, torch.int32)):

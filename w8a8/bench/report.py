@@ -39,6 +39,9 @@ SOURCES = {
     "linear_h100.json": ("`W8A8Linear` end to end on the kernel grid",
                          "python -m w8a8 bench --out benchmarks/results --suites linear --tag h100"),
     "quant_h100.json": ("per-token quantizers", "python benchmarks/bench_quant.py --out benchmarks/results/quant_h100.json"),
+    "quant_serving_h100.json": ("per-token quantizers at M = 16..256, K = 4096..28672",
+                                "python benchmarks/bench_quant.py --m 16,32,64,128,192,256 --k 4096,8192,14336,28672 "
+                                "--out benchmarks/results/quant_serving_h100.json"),
     "decode_h100.json": ("host time per call; decode step", "python benchmarks/bench_decode.py --out benchmarks/results/decode_h100.json"),
     "split_k_h100.json": ("CUTLASS split-K / stream-K vs data-parallel", "python benchmarks/bench_split_k.py --out benchmarks/results"),
     "sm80_h100.json": ("sm80 forced, M = 1..512, 4 shapes", "python -m w8a8 bench --out benchmarks/results --suites sm80 --tag h100"),
@@ -68,6 +71,10 @@ SOURCES = {
                                     "--configs swap_64x96x256_1x1_ws,swap_128x96x128_1x1_coop,swap_128x192x128_1x1_coop,"
                                     "swap_128x64x128_1x1_coop_dataparallel,128x128x128_2x1_pingpong_swz8 --tag rung192_h100"),
     "linear_rows_h100.json": ("`W8A8Linear` end to end at the same M (row-padded codes)", "(same run as the row above)"),
+    "linear_single_op_h100.json": ("M = 96..256: `W8A8Linear` on sm90 beside both paths of `w8a8::linear` forced (the "
+                                   "single op, quantize + scaled_mm)",
+                                   "python -m w8a8 bench --out benchmarks/results --suites linear --backends sm90 --sweep "
+                                   "--m 96,128,129,160,192,193,224,256 --tag single_op_h100"),
     "scaled_mm_steps_h100.json": ("M = 65..256 around the 64 / 128 tile edges: five tiles named beside the ladder, "
                                   "the Llama-3-8B shapes", f"{_MM} --backends sm90 --m 65,72,80,96,112,128,129,136,144,160,"
                                   "192,224,256 --shapes 6144x4096,4096x4096,28672x4096,4096x14336 --configs <those entries> "
@@ -341,7 +348,10 @@ def render_markdown(plots: bool = True) -> str:
         f"CUDA {env['cuda']}, Triton {env['triton']}; tensor parallel on 2x H200.",
         "- Each point is the median of 20 CUDA-graph replays divided by the calls per replay. A graph holds one call per "
         "weight set, and the sets rotate so that one replay reads more than 3x the 50 MB L2: weights come from HBM, as in "
-        "a model. Random data (never zeros), one warm-up outside timing.",
+        "a model. Random data (never zeros), one warm-up outside timing. The implementations of one point are captured "
+        "together and their replays interleaved, each behind a GPU sleep that covers the host's launch (the grid, "
+        "serving, rows and single-op files; the others, older, timed them one after the other, where the first timed "
+        "after the operands were made ran up to 18% slow on the largest shapes).",
         "- `x bf16` is bf16 `F.linear`'s time over ours, same shape, same run (above 1: faster). Kernel rows take int8 "
         "activations and write bf16 (per-token x per-channel scales, no bias); `W8A8Linear` rows take bf16 and include "
         "the per-token quantization. sm90 is the Hopper table: CUTLASS tiles, GEMV, skinny GEMM ([KERNELS.md](KERNELS.md)).",
