@@ -348,7 +348,7 @@ def quantize_kernel(op: str, x, backend: str | None = None):
 
 @functools.lru_cache(maxsize=None)
 def _linear_sm90_serves(device_index: int, dtype: torch.dtype, k: int, n: int) -> bool:
-    """The per-(device, dtype, shape) part of ``_linear_sm90_fits``: the device's default GEMM
+    """The per-(device, dtype, shape) part of ``_linear_sm90_rows``: the device's default GEMM
     is the sm90 table, its CUDA quantizer is built, and the CUTLASS kernels take the shape."""
     device = torch.device("cuda", device_index)
     return (
@@ -358,23 +358,27 @@ def _linear_sm90_serves(device_index: int, dtype: torch.dtype, k: int, n: int) -
     )
 
 
-def _linear_sm90_fits(x, weight) -> bool:
-    """Whether W8A8Linear's forward runs as the single op w8a8::linear_sm90: few tokens, a
+def _linear_sm90_rows(x, weight) -> int:
+    """The rows W8A8Linear's forward runs the single op w8a8::linear_sm90 on (the tokens
+    padded as the producers pad theirs, w8a8.rows), or 0 where it does not: few tokens, a
     device and shape ``_linear_sm90_serves``, a weight the CUTLASS kernels can read
-    (otherwise the composed path routes or refuses with the op's words)."""
+    (otherwise the composed path routes or refuses with the op's words), a GEMM tile
+    ``_linear_sm90_tile`` takes."""
     if not isinstance(x, torch.Tensor) or x.device.type != "cuda" or not isinstance(weight, torch.Tensor) \
             or weight.dim() != 2 or x.dim() < 1:
-        return False
+        return 0
     n, k = weight.shape
     if x.shape[-1] != k or x.numel() > LINEAR_SM90_MAX_TOKENS * max(k, 1):
-        return False
-    return (
+        return 0
+    padded = rows.padded_rows(math.prod(x.shape[:-1]))
+    fits = (
         _linear_sm90_serves(x.device.index, x.dtype, k, n)
         and weight.dtype == torch.int8
         and weight.stride(1) == 1
         and _rows_reason("weight", weight, k) is None
-        and _linear_sm90_tile(x.device.index, rows.padded_rows(math.prod(x.shape[:-1])), n, k)
+        and _linear_sm90_tile(x.device.index, padded, n, k)
     )
+    return padded if fits else 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -393,10 +397,10 @@ def linear_kernel(x, weight, backend: str | None = None):
     of the same name, the others the default one)."""
     # (Traced only when a kernel is named: the public op is opaque. The single op's route
     # reads data pointers, which a traced tensor has not: the composed path is traced.)
-    if backend in (None, "sm90") and not torch.compiler.is_compiling() and _linear_sm90_fits(x, weight):
-        # The codes' rows padded as the producers pad theirs (w8a8.rows).
-        return functools.partial(torch.ops.w8a8.linear_sm90.default,
-                                 rows=rows.padded_rows(math.prod(x.shape[:-1])))
+    if backend in (None, "sm90") and not torch.compiler.is_compiling():
+        single_op_rows = _linear_sm90_rows(x, weight)
+        if single_op_rows:
+            return functools.partial(torch.ops.w8a8.linear_sm90.default, rows=single_op_rows)
     if backend is None:
         return linear_composed
     quant = backend if backend in ("triton", "reference") else None

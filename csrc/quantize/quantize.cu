@@ -310,11 +310,11 @@ struct Launch {
     return aligned && p.k % kVec16 == 0 && (p.rows == 1 || p.ldx % kVec16 == 0);
   }
 
-  // Above kServingRows, rows held in registers: up to 512 vectors (bf16: K <= 4096) by the fewest of 32..128
-  // threads with at most 4 vectors each (32 values, the Triton kernel's measured optimum at
-  // K = 4096); longer rows by 256 or 512 threads with up to 8 vectors each (H100, M = 8192:
-  // 4 vectors over 512 threads ran K = 14336 at 56% of HBM, 8 over 256 threads at 63%);
-  // rows beyond that take two passes.
+  // Outside the serving shapes, rows held in registers: up to 512 vectors (bf16: K <= 4096)
+  // by the fewest of 32..128 threads with at most 4 vectors each (32 values, the Triton
+  // kernel's measured optimum at K = 4096); longer rows by 256 or 512 threads with up to 8
+  // vectors each (H100, M = 8192: 4 vectors over 512 threads ran K = 14336 at 56% of HBM,
+  // 8 over 256 threads at 63%); rows beyond that take two passes.
   template <int kVec, int kThreadsPerRow, int kRowVecs>
   static void launch_per_token(const QuantizeParams& p, float* scale, cudaStream_t stream) {
     constexpr int kThreads = block_threads<kThreadsPerRow>();
@@ -331,7 +331,7 @@ struct Launch {
         <<<p.rows, 256, 0, stream>>>(static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
   }
 
-  // Up to this many rows (W8A8Linear's single op serves 128 tokens) the kernel is
+  // Up to this many rows (W8A8Linear's single op serves up to 256 tokens) the kernel is
   // latency-bound: a block per row, and each thread's serial work is what lasts.
   static constexpr int64_t kServingRows = 256;
 
