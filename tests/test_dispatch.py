@@ -128,13 +128,13 @@ def test_gpu_defaults():
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not SM90, reason="the single op w8a8::linear_sm90 runs on sm90")
-@pytest.mark.parametrize("n,m,single", [(4096, 1, True), (4096, 128, True), (4096, 192, True), (4096, 193, False),
-                                        (6144, 128, True), (6144, 129, False), (6144, 2 * 97, True),
-                                        (6144, 256, True), (6144, 257, False)])
+@pytest.mark.parametrize("n,m,single", [(4096, 1, True), (4096, 128, True), (4096, 192, True), (4096, 193, True),
+                                        (4096, 256, True), (4096, 257, False), (6144, 129, True),
+                                        (57344, 192, True), (6144, 2 * 97, True), (6144, 256, True),
+                                        (6144, 2 * 129, False)])
 def test_linear_single_op_token_limits(n, m, single):
     """w8a8::linear on sm90 runs the single op up to LINEAR_SM90_MAX_TOKENS tokens (those of
-    all leading dimensions) where the GEMM's tile is not the cooperative kernel: 129..192
-    tokens on N <= 4096, 193..256 on wider N; else quantize + scaled_mm."""
+    all leading dimensions), whatever the GEMM's tile; above, quantize + scaled_mm."""
     x = torch.randn(2, m // 2, 4096, device="cuda", dtype=torch.bfloat16) if m % 2 == 0 else \
         torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
     kernel = dispatch.linear_kernel(x, rand_int8(n, 4096, device="cuda"))

@@ -183,6 +183,12 @@ def test_heuristic_plans():
                        (65, 6144, "64x128x128_2x1_pingpong_swz8"), (193, 4096, "swap_128x64x128_1x1_coop_dataparallel"),
                        (256, 28672, "128x128x128_2x1_pingpong_swz8")):
         assert plan(m, n, 4096)[0] == name, (m, n)
+    # The GEMM of w8a8::linear (weights_ready: it starts early) runs the 128x64 tile in a 1x2
+    # cluster at 193..256 tokens on N <= 4096; elsewhere it runs what a plain call runs.
+    for m, n in ((193, 4096), (256, 1024)):
+        assert plan(m, n, 4096, "", None, "auto", True)[0] == "swap_128x64x128_1x2_coop", (m, n)
+    for m, n in ((1, 4096), (16, 4096), (100, 4096), (150, 6144), (150, 57344), (256, 6144), (300, 4096)):
+        assert plan(m, n, 4096, "", None, "auto", True) == plan(m, n, 4096), (m, n)
     # Explicit requests are honoured.
     assert tuple(plan(1, 4096, 4096, "", 3))[1:] == ("split_k", 3)
     assert tuple(plan(1, 4096, 14336, "", 1))[1:] == ("data_parallel", 1)
@@ -198,8 +204,8 @@ def test_the_192_token_rung(m):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for n in (4096, 6144, 64 * sms, 64 * sms + 128, 128 * sms, 128 * sms + 128, 28672):
         weight_tiles = -(-n // 128)
-        expected = ("swap_64x96x256_1x1_ws" if n <= 4096 else "swap_128x96x128_1x1_coop" if 2 * weight_tiles <= sms
-                    else "swap_128x192x128_1x1_coop" if weight_tiles <= sms else "swap_128x96x128_1x1_coop")
+        expected = ("swap_64x96x256_1x1_ws" if n <= 4096 else "swap_128x96x128_1x2_coop" if 2 * weight_tiles <= sms
+                    else "swap_128x192x128_1x1_coop" if weight_tiles <= sms else "swap_128x96x128_1x2_coop")
         assert tuple(plan(m, n, 4096)) == (expected, "data_parallel", 1), (m, n)
     for n, k in ((4096, 4096 + 16), (6144, 1040), (10240, 528), (28672, 272)):
         _check(*mm_operands(m, n, k, "cuda"), out_dtype=torch.float16 if m % 2 else torch.bfloat16)

@@ -53,17 +53,14 @@ BACKENDS = {
     "add_rms_norm_quant": ("triton", "reference"),
     "silu_mul_quant": ("triton", "reference"),
 }
-# Up to this many tokens W8A8Linear's forward on sm90 may run as the single C++ op
+# Up to this many tokens W8A8Linear's forward on sm90 runs as the single C++ op
 # w8a8::linear_sm90: the CUDA quantizer, then the GEMM launched as its programmatic
-# dependent, which loads its first weight tiles while the quantizer runs. It does where
-# the GEMM's tile is not the cooperative kernel (_linear_sm90_tile). H100, CUDA-graph
-# replays, against quantize + scaled_mm in the same run (linear_single_op_h100.json):
-# 1-12% less time at M = 96 and 128 on the 8 Llama-3 shapes, 5-6% at 129..192 on N = 4096
-# (the non-persistent 64x96 swap tile), 0-7% at 193..256 on N > 4096 (the 128x128
-# pingpong tile). On the cooperative tiles it ran from 3% ahead to 18% behind at 129..192
-# on N > 4096 (57344 x 8192 behind) and 11-30% behind at 193..256 on N = 4096. Few
-# tokens: host time as well (15-30 us per call against 90-160 us for the composed Python
-# path, decode_h100.json).
+# dependent, which loads its first weight tiles while the quantizer runs (its cooperative
+# tiles multicast each weight tile to the token tiles that share it, so that the early
+# start does not cost: docs/KERNELS.md). H100, CUDA-graph replays, against quantize +
+# scaled_mm in the same run (linear_single_op_h100.json): 0.3-12% less time at every
+# M = 96..256 on the 8 Llama-3 shapes. Few tokens: host time as well (15-30 us per call
+# against 90-160 us for the composed Python path, decode_h100.json).
 LINEAR_SM90_MAX_TOKENS = 256
 # TMA (sm90) and cp.async (sm80) move 16-byte rows: int8 operands need K % 16 == 0,
 # 16-bit outputs N % 8 == 0, and the CUTLASS kernels write bf16 / fp16 only.
@@ -362,8 +359,7 @@ def _linear_sm90_rows(x, weight) -> int:
     """The rows W8A8Linear's forward runs the single op w8a8::linear_sm90 on (the tokens
     padded as the producers pad theirs, w8a8.rows), or 0 where it does not: few tokens, a
     device and shape ``_linear_sm90_serves``, a weight the CUTLASS kernels can read
-    (otherwise the composed path routes or refuses with the op's words), a GEMM tile
-    ``_linear_sm90_tile`` takes."""
+    (otherwise the composed path routes or refuses with the op's words)."""
     if not isinstance(x, torch.Tensor) or x.device.type != "cuda" or not isinstance(weight, torch.Tensor) \
             or weight.dim() != 2 or x.dim() < 1:
         return 0
@@ -376,18 +372,8 @@ def _linear_sm90_rows(x, weight) -> int:
         and weight.dtype == torch.int8
         and weight.stride(1) == 1
         and _rows_reason("weight", weight, k) is None
-        and _linear_sm90_tile(x.device.index, padded, n, k)
     )
     return padded if fits else 0
-
-
-@functools.lru_cache(maxsize=None)
-def _linear_sm90_tile(device_index: int, m: int, n: int, k: int) -> bool:
-    """Whether the sm90 GEMM of the single op (``m`` padded rows) is a tile its weights-first
-    start pays on: any but the cooperative kernel (LINEAR_SM90_MAX_TOKENS says the figures)."""
-    with torch.cuda.device(device_index):
-        config, _, _ = torch.ops.w8a8.scaled_mm_sm90_plan(m, n, k)
-    return "_coop" not in config
 
 
 def linear_kernel(x, weight, backend: str | None = None):

@@ -84,8 +84,9 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm90::Sm90SwapABWarpSpecialized64x64x256_1x1>(sm90::kSwap64x64, "swap_64x64x256_1x1_ws", kDefault),
     entry<sm90::Sm90WarpSpecialized64x64x256_1x1>(sm90::kWarpSpecialized64x64, "64x64x256_1x1_ws", kDefault),
     entry<sm90::Sm90SwapABWarpSpecialized64x96x256_1x1>(sm90::kSwap64x96, "swap_64x96x256_1x1_ws", kDefault),
-    entry<sm90::Sm90SwapABCoop128x96x128_1x1>(sm90::kSwap128x96, "swap_128x96x128_1x1_coop", kDefault),
+    entry<sm90::Sm90SwapABCoop128x96x128_1x2>(sm90::kSwap128x96Cluster, "swap_128x96x128_1x2_coop", kDefault),
     entry<sm90::Sm90SwapABCoop128x192x128_1x1>(sm90::kSwap128x192, "swap_128x192x128_1x1_coop", kDefault),
+    entry<sm90::Sm90SwapABCoop128x64x128_1x2>(sm90::kSwap128x64Cluster, "swap_128x64x128_1x2_coop", kDefault),
 #ifdef W8A8_SWEEP_CONFIGS
     entry<sm90::Sm90Coop256x128x128_1x2>(sm90::kCoop256x128RasterM, "256x128x128_1x2_coop_swz8_rasterM",
                                          {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),
@@ -105,6 +106,7 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm90::Sm90SwapABWarpSpecialized64x16x256_1x1>(sm90::kSwap64x16WS, "swap_64x16x256_1x1_ws", kDefault),
     entry<sm90::Sm90SwapABCoopStreamK128x16x128_1x1>(sm90::kSwap128x16DataParallel,
                                                      "swap_128x16x128_1x1_coop_dataparallel", kDataParallel),
+    entry<sm90::Sm90SwapABCoop128x96x128_1x1>(sm90::kSwap128x96NoCluster, "swap_128x96x128_1x1_coop", kDefault),
 #endif
 };
 
@@ -172,8 +174,11 @@ ScaledMmSm90Plan choose(const ScaledMmSm90Params& p) {
   const bool split = p.split_k > 1 || p.scheduler == ScaledMmScheduler::kStreamK;
   const bool no_split = p.split_k == 1 || p.scheduler == ScaledMmScheduler::kPersistent;
   int id = p.config_id;
-  if (id < 0) id = split ? sm90::split_capable_config(p.m) : no_split ? sm90::select_config(p.m, p.n, p.sm_count)
-                                                                       : sm90::plan_auto(p.m, p.n, p.k, p.sm_count);
+  if (id < 0) {
+    id = split      ? sm90::split_capable_config(p.m)
+         : no_split ? sm90::select_config(p.m, p.n, p.sm_count, p.weights_ready)
+                    : sm90::plan_auto(p.m, p.n, p.k, p.sm_count, p.weights_ready);
+  }
   const ConfigEntry& config = kConfigs[id];
   SchedulerOptions options = config.options;
   if (split) {

@@ -60,7 +60,8 @@ struct ScaledMmSm90Params : ScaledMmProblem {
   // The caller guarantees that no kernel still running when this one is enqueued
   // writes b (the weights): w8a8::linear, whose kernel before the GEMM is its own
   // quantizer. The CUTLASS GEMM then launches as that kernel's programmatic dependent
-  // and loads its first weight tiles before waiting for it (scaled_mm_sm90_mainloop.cuh).
+  // and loads its first weight tiles before waiting for it (scaled_mm_sm90_mainloop.cuh);
+  // the ladder then picks tiles that tolerate that early start (select_config).
   bool weights_ready = false;
 };
 

@@ -202,10 +202,15 @@ struct Sm90SwapABWarpSpecialized64x96x256_1x1 {
 
 // N > 4096 where two token tiles per 128 weight rows fit one wave (N <= 64 x
 // SMs), or where neither fits one (several waves; the smaller tile balances
-// them better: 57344 x 8192, 185.7 against 197.1 us for 128x192).
-struct Sm90SwapABCoop128x96x128_1x1 {
+// them better: 57344 x 8192, 185.7 against 197.1 us for 128x192). A 1x2
+// cluster along the tokens: the two token tiles of a weight tile are one
+// cluster and the weight tile is multicast to both (see "Weights multicast to
+// the token tiles" below). Without the cluster (a sweep entry now): as fast
+// in a plain launch at 192 rows (H100, scaled_mm_cluster_h100.json, within
+// 2% on 6 shapes), 15% slower at 129 exact rows on 57344 x 8192.
+struct Sm90SwapABCoop128x96x128_1x2 {
   using TileShape = Shape<_128, cute::Int<96>, _128>;
-  using ClusterShape = Shape<_1, _1, _1>;
+  using ClusterShape = Shape<_1, _2, _1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
   using TileScheduler = cutlass::gemm::PersistentScheduler;
@@ -225,7 +230,45 @@ struct Sm90SwapABCoop128x192x128_1x1 {
   static constexpr bool kSwapAB = true;
 };
 
+// Weights multicast to the token tiles. In the cooperative swap-AB tiles with
+// several token tiles per weight tile, those token tiles are separate CTAs that
+// without a cluster share each weight tile only through L2, and how well depends
+// on where the CTAs land. Launched as a programmatic dependent whose predecessor
+// lets it start early (w8a8::linear: its quantizer does), a CTA takes an SM as the
+// quantizer's blocks leave it, and the 1x1 tiles ran 5-21% slower than launched
+// plainly after the same quantizer (57344 x 8192 at M = 192: 230.8 against 191.6
+// us for quantizer + GEMM; 4096 x 14336 at M = 256: 61.9 against 55.3), while with
+// a 1x2 cluster (the weight tile multicast to both CTAs of the cluster) the early
+// start ran as fast as or faster than the plain launch (194.7, 48.8). Measured
+// with a standalone probe of these kernels on the H100 (SM id and times of every
+// CTA; not in the package). A 1x4 cluster: 116 CTAs resident, 25-30% slower.
+
+// (192, 256] tokens with N <= 4096 in w8a8::linear (ScaledMmSm90Params::weights_ready):
+// four 64-token tiles per 128 weight rows, in two clusters. A plain launch keeps the
+// 1x1 tile (kSwap128x64DataParallel): there the cluster is 0-3% slower with every token
+// tile full and 6-17% slower with a partial one (4096 x 14336 at 193 exact rows: 42.8
+// against 37.3 us; scaled_mm_cluster_h100.json).
+struct Sm90SwapABCoop128x64x128_1x2 {
+  using TileShape = Shape<_128, _64, _128>;
+  using ClusterShape = Shape<_1, _2, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+};
+
 #ifdef W8A8_SWEEP_CONFIGS
+// Sweep only: the 128x96 tile without a cluster (the ladder's tile above before the
+// 1x2 cluster).
+struct Sm90SwapABCoop128x96x128_1x1 {
+  using TileShape = Shape<_128, cute::Int<96>, _128>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+};
+
 // Sweep only: swap-AB, 16 token columns, against the skinny GEMM at M <= 16.
 struct Sm90SwapABWarpSpecialized64x16x256_1x1 {
   using TileShape = Shape<_64, _16, _256>;
@@ -274,7 +317,7 @@ enum ConfigId : int {
   kPingpong64x128,          // ladder: M in (64, 128]
   kPingpong128x128,         // ladder: M in (256, 512]; (192, 256] with N > 4096
   kCoop128x256RasterN,      // ladder: M > 512 (swizzle 8, raster along N)
-  kSwap128x64DataParallel,  // ladder: M in (192, 256] with N <= 4096
+  kSwap128x64DataParallel,  // ladder: M in (192, 256] with N <= 4096, plain launches
   kCoop128x128StreamK,      // split / stream-K requests, M > 256
   kGemvSplit1,              // "auto": M <= 4 (GemvPolicy)
   kSkinnySplit4,            // "auto": M = 5..16 where K split 8 ends in a partial second wave (SkinnyPolicy)
@@ -283,8 +326,9 @@ enum ConfigId : int {
   kSwap64x64,               // ladder: M in (32, 64]
   kWarpSpecialized64x64,    // ladder: M in (64, 128] with N <= 4096
   kSwap64x96,               // ladder: M in (128, 192] with N <= 4096
-  kSwap128x96,              // ladder: M in (128, 192], N > 4096 (two token tiles in one wave, or many waves)
+  kSwap128x96Cluster,       // ladder: M in (128, 192], N > 4096 (two token tiles in one wave, or many waves)
   kSwap128x192,             // ladder: M in (128, 192], N > 4096 (one token tile in one wave)
+  kSwap128x64Cluster,       // ladder: M in (192, 256] with N <= 4096 under w8a8::linear (weights_ready)
 #ifdef W8A8_SWEEP_CONFIGS
   kCoop256x128RasterM,        // Sm90Coop256x128x128_1x2, swizzle 8, raster along M
   kCoop128x256RasterM,        // Sm90Coop128x256x128_2x1, swizzle 8, raster along M
@@ -297,6 +341,7 @@ enum ConfigId : int {
   kSkinnySplit2,
   kSwap64x16WS,               // swap-AB 64x16x256, non-persistent
   kSwap128x16DataParallel,    // the 128x16 cooperative tile data-parallel (the ladder's M <= 64 tile before 64x32 / 64x64)
+  kSwap128x96NoCluster,       // Sm90SwapABCoop128x96x128_1x1 (the ladder's (128, 192] tile before the 1x2 cluster)
 #endif
   kNumConfigs
 };
@@ -313,7 +358,8 @@ enum ConfigId : int {
 //             on the 6 other shapes.
 //   M <= 192: swap-AB tiles covering 192 tokens (Rung192Policy below).
 //   M <= 256: N <= 4096 (32 weight tiles of 128 rows): swap-AB 128x64 is
-//             25-30% faster than 128x128 tiles (16 tiles for 132 SMs);
+//             25-30% faster than 128x128 tiles (16 tiles for 132 SMs), in
+//             a 1x2 cluster when launched early (weights_ready);
 //             larger N: 128x128 pingpong, best on 4/5 of those shapes.
 //   M <= 512: 128x128 pingpong: best on 5/8, up to 40% ahead of 128x256
 //             (wave quantization: 4 x N/256 tiles leave SMs idle); 7-9%
@@ -327,19 +373,24 @@ struct Rung192Policy {
   static constexpr int config(int64_t n, int sm_count) {
     const int64_t weight_tiles = (n + 127) / 128;
     if (n <= 4096) return kSwap64x96;
-    if (2 * weight_tiles <= sm_count) return kSwap128x96;
-    return weight_tiles <= sm_count ? kSwap128x192 : kSwap128x96;
+    if (2 * weight_tiles <= sm_count) return kSwap128x96Cluster;
+    return weight_tiles <= sm_count ? kSwap128x192 : kSwap128x96Cluster;
   }
 };
 
-inline int select_config(int64_t m, int64_t n, int sm_count) {
+// weights_ready: the GEMM is the programmatic dependent of w8a8::linear's quantizer
+// (ScaledMmSm90Params::weights_ready), whose CTAs start early on the SMs it frees.
+inline int select_config(int64_t m, int64_t n, int sm_count, bool weights_ready) {
   int64_t m_pow2 = 1;
   while (m_pow2 < m) m_pow2 <<= 1;
   if (m_pow2 <= 32) return kSwap64x32;
   if (m_pow2 <= 64) return kSwap64x64;
   if (m_pow2 <= 128) return n <= 4096 ? kWarpSpecialized64x64 : kPingpong64x128;
   if (m <= Rung192Policy::kMaxM) return Rung192Policy::config(n, sm_count);
-  if (m_pow2 <= 256) return n <= 4096 ? kSwap128x64DataParallel : kPingpong128x128;
+  if (m_pow2 <= 256) {
+    if (n > 4096) return kPingpong128x128;
+    return weights_ready ? kSwap128x64Cluster : kSwap128x64DataParallel;
+  }
   if (m_pow2 <= 512) return kPingpong128x128;
   return kCoop128x256RasterN;
 }
@@ -431,10 +482,10 @@ struct SkinnyPolicy {
 // entry: the GEMV for a few tokens, the skinny GEMM for a few more on the
 // shapes it serves (each with its K split inside the CTA), else the ladder's
 // entry, data-parallel.
-inline int plan_auto(int64_t m, int64_t n, int64_t k, int sm_count) {
+inline int plan_auto(int64_t m, int64_t n, int64_t k, int sm_count, bool weights_ready) {
   if (m <= GemvPolicy::kMaxM) return GemvPolicy::kConfig;
   if (m <= SkinnyPolicy::kMaxM && SkinnyPolicy::serves(n, k)) return SkinnyPolicy::config(n, sm_count);
-  return select_config(m, n, sm_count);
+  return select_config(m, n, sm_count, weights_ready);
 }
 
 }  // namespace w8a8::sm90

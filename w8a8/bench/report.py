@@ -66,15 +66,21 @@ SOURCES = {
                                  "--backends sm90 --m 62,...,68,72,80,96,112,124,...,132,144,160,176,190,...,194,224,252,...,256 "
                                  "--shapes 6144x4096,4096x4096,28672x4096,4096x14336 --tag rows_h100"),
     "scaled_mm_rung192_h100.json": ("M = 128, 192, 256: the tiles behind the M = 129..192 rung beside the ladder, "
-                                    "10 shapes", f"{_MM} --backends sm90 --m 128,192,256 --shapes 6144x4096,4096x4096,"
+                                    "10 shapes (before the 1x2 cluster: the 128x96 entry is sweep-only now)", f"{_MM} --backends sm90 --m 128,192,256 --shapes 6144x4096,4096x4096,"
                                     "28672x4096,4096x14336,10240x8192,8192x8192,57344x8192,8192x28672,12288x4096,14336x4096 "
                                     "--configs swap_64x96x256_1x1_ws,swap_128x96x128_1x1_coop,swap_128x192x128_1x1_coop,"
                                     "swap_128x64x128_1x1_coop_dataparallel,128x128x128_2x1_pingpong_swz8 --tag rung192_h100"),
     "linear_rows_h100.json": ("`W8A8Linear` end to end at the same M (row-padded codes)", "(same run as the row above)"),
-    "linear_single_op_h100.json": ("M = 96..256: `W8A8Linear` on sm90 beside both paths of `w8a8::linear` forced (the "
+    "linear_single_op_h100.json": ("M = 96..512: `W8A8Linear` on sm90 beside both paths of `w8a8::linear` forced (the "
                                    "single op, quantize + scaled_mm)",
                                    "python -m w8a8 bench --out benchmarks/results --suites linear --backends sm90 --sweep "
-                                   "--m 96,128,129,160,192,193,224,256 --tag single_op_h100"),
+                                   "--m 96,128,129,160,192,193,224,256,320,384,512 --tag single_op_h100"),
+    "scaled_mm_cluster_h100.json": ("M = 129..256: the swap-AB 128x96 and 128x64 tiles with and without a 1x2 cluster "
+                                    "beside the ladder (plain launches; exact-size and the quantizers' row-padded codes)",
+                                    f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 129,160,192,193,224,256 "
+                                    "--configs swap_128x96x128_1x1_coop,swap_128x96x128_1x2_coop,"
+                                    "swap_128x64x128_1x1_coop_dataparallel,swap_128x64x128_1x2_coop,"
+                                    "swap_128x192x128_1x1_coop --tag cluster_h100"),
     "scaled_mm_steps_h100.json": ("M = 65..256 around the 64 / 128 tile edges: five tiles named beside the ladder, "
                                   "the Llama-3-8B shapes", f"{_MM} --backends sm90 --m 65,72,80,96,112,128,129,136,144,160,"
                                   "192,224,256 --shapes 6144x4096,4096x4096,28672x4096,4096x14336 --configs <those entries> "
