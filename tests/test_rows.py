@@ -14,7 +14,8 @@ from helpers import assert_exact, rand_int8, rand_scale, ref_scaled_mm, requires
 
 
 @pytest.mark.parametrize("m, padded", [(1, 1), (16, 16), (64, 64), (65, 128), (100, 128), (128, 128),
-                                       (129, 192), (192, 192), (193, 256), (200, 256), (256, 256), (257, 257), (4096, 4096)])
+                                       (129, 192), (192, 192), (193, 256), (200, 256), (256, 256), (257, 384),
+                                       (384, 384), (385, 512), (512, 512), (513, 513), (4096, 4096)])
 def test_padded_rows(m, padded):
     assert rows.padded_rows(m) == padded
 
@@ -80,7 +81,7 @@ def test_the_sm90_call_runs_on_the_padded_rows_and_returns_m(m):
 
 
 @requires_sm90
-@pytest.mark.parametrize("m", [65, 77, 127, 129, 200, 255])
+@pytest.mark.parametrize("m", [65, 77, 127, 129, 200, 255, 257, 383, 385, 511])
 @pytest.mark.parametrize("n, k", [(4096, 4096), (136, 272)])
 def test_sm90_on_padded_producer_outputs_is_exact(m, n, k):
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -105,8 +106,8 @@ def test_the_padding_ends_on_the_tile_edge_the_ladder_picks():
     # fills that tile's last token tile.
     plan = torch.ops.w8a8.scaled_mm_sm90_plan
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for m in range(65, 257):
-        for n in (4096, 6144, 64 * sms + 128, 28672):
+    for m in range(65, 513):
+        for n in (4096, 6144, 64 * sms + 128, 10240, 28672):
             assert plan(rows.padded_rows(m), n, 4096)[0] == plan(m, n, 4096)[0], (m, n)
 
 

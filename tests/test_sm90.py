@@ -181,7 +181,8 @@ def test_heuristic_plans():
                        (33, 4096, "swap_64x64x256_1x1_ws"), (64, 28672, "swap_64x64x256_1x1_ws"),
                        (65, 4096, "64x64x256_1x1_ws"), (128, 4096, "64x64x256_1x1_ws"),
                        (65, 6144, "64x128x128_2x1_pingpong_swz8"), (193, 4096, "swap_128x64x128_1x1_coop_dataparallel"),
-                       (256, 28672, "128x128x128_2x1_pingpong_swz8")):
+                       (256, 28672, "128x128x128_2x1_pingpong_swz8"), (300, 4096, "swap_128x96x128_1x2_coop"),
+                       (384, 57344, "swap_128x192x128_1x1_coop"), (385, 4096, "128x128x128_2x1_pingpong_swz8")):
         assert plan(m, n, 4096)[0] == name, (m, n)
     # The GEMM of w8a8::linear (weights_ready: it starts early) runs the 128x64 tile in a 1x2
     # cluster at 193..256 tokens on N <= 4096; elsewhere it runs what a plain call runs.
@@ -208,6 +209,24 @@ def test_the_192_token_rung(m):
                     else "swap_128x192x128_1x1_coop" if weight_tiles <= sms else "swap_128x96x128_1x2_coop")
         assert tuple(plan(m, n, 4096)) == (expected, "data_parallel", 1), (m, n)
     for n, k in ((4096, 4096 + 16), (6144, 1040), (10240, 528), (28672, 272)):
+        _check(*mm_operands(m, n, k, "cuda"), out_dtype=torch.float16 if m % 2 else torch.bfloat16)
+
+
+@pytest.mark.parametrize("m", [257, 300, 383, 384])
+def test_the_384_token_rung(m):
+    # M = 257..384 runs swap-AB tiles that cover 384 tokens (Rung384Policy): four 96-token tiles
+    # (1x2 cluster) where they fill the SM waves better by more than 0.15, else two of 192.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+    def filled(tiles):
+        return tiles / (-(-tiles // sms) * sms)
+
+    for n in (1024, 4096, 6144, 8192, 10240, 28672, 57344):
+        weight_tiles = -(-n // 128)
+        expected = ("swap_128x96x128_1x2_coop" if filled(4 * weight_tiles) > filled(2 * weight_tiles) + 0.15
+                    else "swap_128x192x128_1x1_coop")
+        assert tuple(plan(m, n, 4096)) == (expected, "data_parallel", 1), (m, n)
+    for n, k in ((4096, 4096 + 16), (6144, 1040), (10240, 528), (264, 272)):
         _check(*mm_operands(m, n, k, "cuda"), out_dtype=torch.float16 if m % 2 else torch.bfloat16)
 
 

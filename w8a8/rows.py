@@ -5,7 +5,9 @@ one: the TMA loads of the rows past M (filled with zeros) cost more than reading
 rows. 4096 x 14336 on the 64x64 tile takes 41.8 us at M = 65 and 26.8 us at M = 128;
 the 128x128 pingpong tile on 28672 x 4096 80.5 us at M = 129 and 60.1 at 256
 (``scaled_mm_steps_h100.json``). Memory-bound GEMMs cost about the same for any M up
-to 256, so the padded problem is the faster one.
+to 256, so the padded problem is the faster one; up to 512 the padded problem runs tiles
+that the unpadded one would run on a partial last tile (the sm90 ladder's rungs at 384
+and 512).
 
 So the package's activation producers on a GPU (the quantizers and the fused
 norm / SiLU·mul quantizers) allocate their codes and scales with ``padded_rows(M)``
@@ -23,14 +25,17 @@ import math
 import torch
 
 # Token counts padded, and to what: the ladder's tiles at 65..128 cover 64 or 128 tokens
-# per tile (cluster), those at 129..192 96 or 192, those at 193..256 128 or 256; past 256
-# the GEMM is no longer memory-bound and padding would cost compute.
-_PADDED = ((64, 128), (128, 192), (192, 256))
+# per tile (cluster), those at 129..192 96 or 192, those at 193..256 128 or 256, those at
+# 257..384 96 or 192 (384 in all), those at 385..512 256 (the 128x128 tile's 2x1 cluster).
+# On those tiles M = 320 cost more than M = 512 (57344 x 8192: 425 against 335 us, H100,
+# scaled_mm_rung384_h100.json). Past 512 the GEMM is compute-bound and padding would cost
+# compute.
+_PADDED = ((64, 128), (128, 192), (192, 256), (256, 384), (384, 512))
 
 
 def padded_rows(m: int) -> int:
     """The rows the producers allocate for ``m`` tokens: 65..128 -> 128, 129..192 -> 192,
-    193..256 -> 256, otherwise ``m``."""
+    193..256 -> 256, 257..384 -> 384, 385..512 -> 512, otherwise ``m``."""
     for low, high in _PADDED:
         if low < m <= high:
             return high

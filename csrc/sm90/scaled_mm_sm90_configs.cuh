@@ -88,7 +88,7 @@ struct Sm90Pingpong64x128x128_2x1 {
   static constexpr bool kSwapAB = false;
 };
 
-// The ladder's tile for M in (256, 512], and for (192, 256] with N > 4096:
+// The ladder's tile for M in (384, 512], and for (192, 256] with N > 4096:
 // 128x128 pingpong, 2x1 cluster (weights multicast to the 2 M tiles). Not for
 // large M: 928 TOP/s at 8192 x 57344 x 8192, where 128x256 cooperative runs 1386.
 struct Sm90Pingpong128x128x128_2x1 {
@@ -315,7 +315,7 @@ enum ConfigId : int {
   kSwap128x16StreamK,       // split / stream-K requests, M <= 64
   kSwap128x64StreamK,       // split / stream-K requests, M in (64, 256]
   kPingpong64x128,          // ladder: M in (64, 128]
-  kPingpong128x128,         // ladder: M in (256, 512]; (192, 256] with N > 4096
+  kPingpong128x128,         // ladder: M in (384, 512]; (192, 256] with N > 4096
   kCoop128x256RasterN,      // ladder: M > 512 (swizzle 8, raster along N)
   kSwap128x64DataParallel,  // ladder: M in (192, 256] with N <= 4096, plain launches
   kCoop128x128StreamK,      // split / stream-K requests, M > 256
@@ -326,8 +326,8 @@ enum ConfigId : int {
   kSwap64x64,               // ladder: M in (32, 64]
   kWarpSpecialized64x64,    // ladder: M in (64, 128] with N <= 4096
   kSwap64x96,               // ladder: M in (128, 192] with N <= 4096
-  kSwap128x96Cluster,       // ladder: M in (128, 192], N > 4096 (two token tiles in one wave, or many waves)
-  kSwap128x192,             // ladder: M in (128, 192], N > 4096 (one token tile in one wave)
+  kSwap128x96Cluster,       // ladder: M in (128, 192], N > 4096 (two token tiles in one wave, or many waves); (256, 384]
+  kSwap128x192,             // ladder: M in (128, 192], N > 4096 (one token tile in one wave); (256, 384]
   kSwap128x64Cluster,       // ladder: M in (192, 256] with N <= 4096 under w8a8::linear (weights_ready)
 #ifdef W8A8_SWEEP_CONFIGS
   kCoop256x128RasterM,        // Sm90Coop256x128x128_1x2, swizzle 8, raster along M
@@ -346,7 +346,7 @@ enum ConfigId : int {
   kNumConfigs
 };
 
-// The ladder on next_pow2(M) (192 between 128 and 256) and N, from the config sweeps on
+// The ladder on next_pow2(M) (192 between 128 and 256, 384 between 256 and 512) and N, from the config sweeps on
 // the H100 (CUDA-graph replay, 8 shapes from 4096 x 4096 to 57344 x 8192 as
 // N x K; "best" = fastest or within 3%):
 //   M <= 32:  swap-AB 64x32x256, non-persistent (under "auto": 17..32, and
@@ -361,6 +361,7 @@ enum ConfigId : int {
 //             25-30% faster than 128x128 tiles (16 tiles for 132 SMs), in
 //             a 1x2 cluster when launched early (weights_ready);
 //             larger N: 128x128 pingpong, best on 4/5 of those shapes.
+//   M <= 384: swap-AB tiles covering 384 tokens (Rung384Policy).
 //   M <= 512: 128x128 pingpong: best on 5/8, up to 40% ahead of 128x256
 //             (wave quantization: 4 x N/256 tiles leave SMs idle); 7-9%
 //             behind it on N = 57344 and K = 28672.
@@ -378,6 +379,30 @@ struct Rung192Policy {
   }
 };
 
+// (256, 384] tokens: the quantizers pad them to 384 (w8a8/rows.py), and swap-AB tiles cover
+// them with 128 weight rows per tile, as two 192-token tiles or four 96-token tiles (1x2
+// cluster), whichever fills the waves of SMs better by more than 0.15 of a wave; a
+// 192-token tile reads each weight tile half as often, which pays for some idle SMs.
+// The 128x128 pingpong tile the ladder ran there (2x1 cluster: 3 token tiles become 4) was
+// slower at M = 320 than at 512. H100 at 384 rows (scaled_mm_rung384_h100.json): 57344 x
+// 8192 239.6 us against 445.3 on the pingpong tile (335.3 at 512); 4096 x 14336 35.9
+// (four 96-token tiles) against 55.5 (two of 192) and 61.7; the rule picks the fastest of
+// the two on 7 of 8 shapes and one 4% behind (28672 x 4096: 85% against 97% of the
+// waves filled, 80.1 against 77.2 us).
+struct Rung384Policy {
+  static constexpr int64_t kMaxM = 384;
+  // The share of the SM waves a grid of `tiles` CTAs fills.
+  static constexpr double filled(int64_t tiles, int sm_count) {
+    const int64_t waves = (tiles + sm_count - 1) / sm_count;
+    return double(tiles) / double(waves * sm_count);
+  }
+  static constexpr int config(int64_t n, int sm_count) {
+    const int64_t weight_tiles = (n + 127) / 128;
+    return filled(4 * weight_tiles, sm_count) > filled(2 * weight_tiles, sm_count) + 0.15 ? kSwap128x96Cluster
+                                                                                        : kSwap128x192;
+  }
+};
+
 // weights_ready: the GEMM is the programmatic dependent of w8a8::linear's quantizer
 // (ScaledMmSm90Params::weights_ready), whose CTAs start early on the SMs it frees.
 inline int select_config(int64_t m, int64_t n, int sm_count, bool weights_ready) {
@@ -391,6 +416,7 @@ inline int select_config(int64_t m, int64_t n, int sm_count, bool weights_ready)
     if (n > 4096) return kPingpong128x128;
     return weights_ready ? kSwap128x64Cluster : kSwap128x64DataParallel;
   }
+  if (m <= Rung384Policy::kMaxM) return Rung384Policy::config(n, sm_count);
   if (m_pow2 <= 512) return kPingpong128x128;
   return kCoop128x256RasterN;
 }

@@ -75,6 +75,12 @@ SOURCES = {
                                    "single op, quantize + scaled_mm)",
                                    "python -m w8a8 bench --out benchmarks/results --suites linear --backends sm90 --sweep "
                                    "--m 96,128,129,160,192,193,224,256,320,384,512 --tag single_op_h100"),
+    "scaled_mm_rung384_h100.json": ("M = 256..512: the tiles behind the M = 257..384 rung beside the ladder "
+                                    "(exact-size and the quantizers' row-padded codes)",
+                                    f"{_MM},linear --backends sm90 --m 256,257,288,320,352,384,385,448,512 --configs "
+                                    "128x128x128_2x1_pingpong_swz8,swap_128x192x128_1x1_coop,swap_128x96x128_1x2_coop "
+                                    "--tag rung384_h100"),
+    "linear_rung384_h100.json": ("`W8A8Linear` end to end at the same M", "(same run as the row above)"),
     "scaled_mm_cluster_h100.json": ("M = 129..256: the swap-AB 128x96 and 128x64 tiles with and without a 1x2 cluster "
                                     "beside the ladder (plain launches; exact-size and the quantizers' row-padded codes)",
                                     f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 129,160,192,193,224,256 "
