@@ -358,12 +358,15 @@ def render_markdown(plots: bool = True) -> str:
         *_h("Method"),
         f"- Device: {env['device']} ({env['capability']}, {env['sm_count']} SMs, power-capped at 700 W), torch {env['torch']}, "
         f"CUDA {env['cuda']}, Triton {env['triton']}; tensor parallel on 2x H200.",
-        "- Each point is the median of 20 CUDA-graph replays divided by the calls per replay. A graph holds one call per "
-        "weight set, and the sets rotate so that one replay reads more than 3x the 50 MB L2: weights come from HBM, as in "
+        "- Each point is the median of 20 CUDA-graph replays divided by the calls per replay. A graph holds passes over "
+        "the weight sets, which rotate so that one pass reads more than 3x the 50 MB L2: weights come from HBM, as in "
         "a model. Random data (never zeros), one warm-up outside timing. The implementations of one point are captured "
         "together and their replays interleaved, each behind a GPU sleep that covers the host's launch (the grid, "
-        "serving, rows and single-op files; the others, older, timed them one after the other, where the first timed "
-        "after the operands were made ran up to 18% slow on the largest shapes).",
+        "serving, continuity, rows, single-op, cluster and rung384 files; the others, older, timed them one after the "
+        "other, where the first timed after the operands were made ran up to 18% slow on the largest shapes).",
+        "- Calls per replay: the grid, serving and continuity files repeat the pass until a graph holds 20 calls or "
+        "lasts 250 us (a replay costs about 2.5 us beyond its kernels, which one pass of 2-6 calls had charged to each "
+        "call: 0.4-1.3 us, 1-3.5% of the ratio to bf16 at M = 16..128); the other files hold one pass.",
         "- `x bf16` is bf16 `F.linear`'s time over ours, same shape, same run (above 1: faster). Kernel rows take int8 "
         "activations and write bf16 (per-token x per-channel scales, no bias); `W8A8Linear` rows take bf16 and include "
         "the per-token quantization. sm90 is the Hopper table: CUTLASS tiles, GEMV, skinny GEMM ([KERNELS.md](KERNELS.md)).",
