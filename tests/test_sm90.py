@@ -169,6 +169,12 @@ def test_heuristic_plans():
     # Decode (M <= 16) runs the decode kernels, whose K split is inside the CTA; through a
     # long K on few rows it is split 8 ways.
     assert tuple(plan(16, 4096, 14336)) == ("skinny_mma_ksplit8", "split_k", 8)
+    # Split 4 where split 8's 16-row groups need 1.5-2 waves of 2 CTAs per SM (N = 8192 on 132 SMs).
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for n in (6144, 8192, 12288):
+        groups = -(-n // 16)
+        split = 4 if 3 * sms < groups <= 4 * sms else 8
+        assert tuple(plan(8, n, 4096)) == (f"skinny_mma_ksplit{split}", "split_k", split), n
     # Past them the CUTLASS tiles run unsplit: scheduler "auto" never splits K by itself.
     for m, n, k in ((17, 4096, 14336), (64, 8192, 28672), (2048, 4096, 14336)):
         assert plan(m, n, k)[1] == "data_parallel", (m, n, k)

@@ -320,7 +320,7 @@ enum ConfigId : int {
   kSwap128x64DataParallel,  // ladder: M in (192, 256] with N <= 4096, plain launches
   kCoop128x128StreamK,      // split / stream-K requests, M > 256
   kGemvSplit1,              // "auto": M <= 4 (GemvPolicy)
-  kSkinnySplit4,            // "auto": M = 5..16 where K split 8 ends in a partial second wave (SkinnyPolicy)
+  kSkinnySplit4,            // "auto": M = 5..16 where K split 8 needs 1.5-2 waves (SkinnyPolicy)
   kSkinnySplit8,            // "auto": M = 5..16 otherwise
   kSwap64x32,               // ladder: M <= 32 (under "auto": 17..32; 5..16 with N, K >= 8192)
   kSwap64x64,               // ladder: M in (32, 64]
@@ -475,10 +475,11 @@ struct GemvPolicy {
 //   * K split 8 is best or within 3% on 6 of 8 shapes; split 4 is 2-10% ahead
 //     on N = 8192, where split 8 launches 512 CTAs: 1.9 waves of the 2 CTAs
 //     per SM the kernel's registers allow, the second wave nearly full of idle
-//     tail. Split 4 is 256 CTAs, one wave. Rule: split 8, unless its grid ends
-//     in a second, partial wave (more than one and at most two waves), then
-//     split 4 (6144 x 4096: 1.45 waves, split 4 ties split 8). Splits 1 and 2
-//     never won: sweep-only.
+//     tail. Split 4 is 256 CTAs, one wave. Rule: split 8, unless its grid
+//     needs more than 1.5 and at most 2 waves, then split 4. At 1.45 waves
+//     (6144 x 4096) split 8 ran 1-4% ahead at M = 5..12 and within 1% at 16
+//     (20-call graphs, scaled_mm_skinny16_h100.json). Splits 1 and 2 never
+//     won: sweep-only.
 //   * M <= 4 stays with the GEMV: the skinny GEMM ties it on N = 4096 and is
 //     2-5% slower elsewhere.
 //   * Against the non-persistent swap-AB 64x32 tile (sweep at M = 5, 8, 12,
@@ -500,7 +501,7 @@ struct SkinnyPolicy {
   static constexpr int config(int64_t n, int sm_count) {
     const int64_t ctas_split8 = (n + 15) / 16;  // one 16-row group per CTA
     const int64_t wave = kCtasPerSm * sm_count;
-    return ctas_split8 > wave && ctas_split8 <= 2 * wave ? kSkinnySplit4 : kSkinnySplit8;
+    return 2 * ctas_split8 > 3 * wave && ctas_split8 <= 2 * wave ? kSkinnySplit4 : kSkinnySplit8;
   }
 };
 

@@ -81,6 +81,9 @@ SOURCES = {
                                     "128x128x128_2x1_pingpong_swz8,swap_128x192x128_1x1_coop,swap_128x96x128_1x2_coop "
                                     "--tag rung384_h100"),
     "linear_rung384_h100.json": ("`W8A8Linear` end to end at the same M", "(same run as the row above)"),
+    "scaled_mm_skinny16_h100.json": ("M = 5..16: the skinny GEMM's K splits, the swap-AB 64x32 tile and the GEMV beside "
+                                     "the ladder", f"{_MM} --backends sm90 --m 5,8,12,16 --configs swap_64x32x256_1x1_ws,"
+                                     "skinny_mma_ksplit8,skinny_mma_ksplit4,gemv_dp4a_ksplit1 --tag skinny16_h100"),
     "scaled_mm_cluster_h100.json": ("M = 129..256: the swap-AB 128x96 and 128x64 tiles with and without a 1x2 cluster "
                                     "beside the ladder (plain launches; exact-size and the quantizers' row-padded codes)",
                                     f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 129,160,192,193,224,256 "
@@ -362,9 +365,9 @@ def render_markdown(plots: bool = True) -> str:
         "the weight sets, which rotate so that one pass reads more than 3x the 50 MB L2: weights come from HBM, as in "
         "a model. Random data (never zeros), one warm-up outside timing. The implementations of one point are captured "
         "together and their replays interleaved, each behind a GPU sleep that covers the host's launch (the grid, "
-        "serving, continuity, rows, single-op, cluster and rung384 files; the others, older, timed them one after the "
+        "serving, continuity, rows, single-op, cluster, rung384 and skinny16 files; the others, older, timed them one after the "
         "other, where the first timed after the operands were made ran up to 18% slow on the largest shapes).",
-        "- Calls per replay: the grid, serving and continuity files repeat the pass until a graph holds 20 calls or "
+        "- Calls per replay: the grid, serving, continuity and skinny16 files repeat the pass until a graph holds 20 calls or "
         "lasts 250 us (a replay costs about 2.5 us beyond its kernels, which one pass of 2-6 calls had charged to each "
         "call: 0.4-1.3 us, 1-3.5% of the ratio to bf16 at M = 16..128); the other files hold one pass.",
         "- `x bf16` is bf16 `F.linear`'s time over ours, same shape, same run (above 1: faster). Kernel rows take int8 "
