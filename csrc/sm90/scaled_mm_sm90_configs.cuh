@@ -385,10 +385,10 @@ struct Rung192Policy {
 // 192-token tile reads each weight tile half as often, which pays for some idle SMs.
 // The 128x128 pingpong tile the ladder ran there (2x1 cluster: 3 token tiles become 4) was
 // slower at M = 320 than at 512. H100 at 384 rows (scaled_mm_rung384_h100.json): 57344 x
-// 8192 239.6 us against 445.3 on the pingpong tile (335.3 at 512); 4096 x 14336 35.9
-// (four 96-token tiles) against 55.5 (two of 192) and 61.7; the rule picks the fastest of
+// 8192 241.0 us against 446.0 on the pingpong tile (335.2 at 512); 4096 x 14336 35.9
+// (four 96-token tiles) against 56.1 (two of 192) and 61.3; the rule picks the fastest of
 // the two on 7 of 8 shapes and one 4% behind (28672 x 4096: 85% against 97% of the
-// waves filled, 80.1 against 77.2 us).
+// waves filled, 80.3 against 77.4 us).
 struct Rung384Policy {
   static constexpr int64_t kMaxM = 384;
   // The share of the SM waves a grid of `tiles` CTAs fills.
