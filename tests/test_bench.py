@@ -24,6 +24,25 @@ def test_cli_bench_smoke_on_cpu(tmp_path, capsys):
     assert "geomean x bf16" in capsys.readouterr().out
 
 
+def test_token_counts_take_ranges():
+    from w8a8.bench import _ints
+
+    assert _ints("1..4,8,16..17") == [1, 2, 3, 4, 8, 16, 17]
+    assert _ints("64") == [64]
+    with pytest.raises(Exception, match=r"A\.\.B ranges, got '1,\.\.\.,4'"):
+        _ints("1,...,4")
+
+
+def test_report_commands_parse():
+    """The commands PERFORMANCE.md gives for each file take the --m the CLI accepts."""
+    from w8a8.bench import _ints
+
+    for _, command in report.SOURCES.values():
+        match = re.search(r"--m (\S+)", command)
+        if match:
+            assert _ints(match.group(1)), command
+
+
 def test_cli_bench_refuses_unavailable_backend():
     with pytest.raises(SystemExit, match="backend 'sm90' cannot run on cpu: the sm90 kernels need a CUDA device"):
         cli.main(["bench", "--device", "cpu", "--backends", "sm90", "--shapes", "8x16", "--m", "1"])

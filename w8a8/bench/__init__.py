@@ -35,10 +35,15 @@ def _shapes(text: str) -> list[tuple[int, int]]:
 
 
 def _ints(text: str) -> list[int]:
+    """Comma-separated integers; an item ``A..B`` stands for A, A + 1, ..., B."""
+    out: list[int] = []
     try:
-        return [int(v) for v in text.split(",")]
+        for item in text.split(","):
+            low, sep, high = item.partition("..")
+            out.extend(range(int(low), int(high) + 1) if sep else [int(item)])
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers or A..B ranges, got {text!r}") from None
+    return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--shapes", type=_shapes, default=None,
                    help="NxK,NxK,... (default: Llama-3 8B/70B; the split_k suite: its own decode grid)")
-    p.add_argument("--m", type=_ints, default=None, help="token counts M (default: 1,16,...,8192; split_k: 1..128)")
+    p.add_argument("--m", type=_ints, default=None, help="token counts M, e.g. 16,64 or 1..256 (default: 1,16,...,8192; split_k: 1..128)")
     p.add_argument("--backends", default=None,
                    help="comma list of sm90, sm80, triton, reference, int_mm (default: what runs on the device)")
     p.add_argument("--suites", default=",".join(DEFAULT_SUITES), help=f"comma list of {', '.join(SUITES)}")

@@ -59,11 +59,11 @@ SOURCES = {
     "scaled_mm_serving_h100.json": ("the serving regime, M = 16..256, every GEMM", _SERVING),
     "linear_serving_h100.json": ("`W8A8Linear` end to end, M = 16..256", _SERVING),
     "scaled_mm_continuity_h100.json": ("sm90, every M of 1..256 on the Llama-3-8B shapes",
-                                       f"{_MM} --backends sm90 --m 1,2,...,256 --shapes "
+                                       f"{_MM} --backends sm90 --m 1..256 --shapes "
                                        "6144x4096,4096x4096,28672x4096,4096x14336 --tag continuity_h100"),
     "scaled_mm_rows_h100.json": ("M = 62..256 around the tile edges: sm90 on exact-size codes and on the quantizers' "
                                  "row-padded layout", "python -m w8a8 bench --out benchmarks/results --suites scaled_mm,linear "
-                                 "--backends sm90 --m 62,...,68,72,80,96,112,124,...,132,144,160,176,190,...,194,224,252,...,256 "
+                                 "--backends sm90 --m 62..68,72,80,96,112,124..132,144,160,176,190..194,224,252..256 "
                                  "--shapes 6144x4096,4096x4096,28672x4096,4096x14336 --tag rows_h100"),
     "scaled_mm_rung192_h100.json": ("M = 128, 192, 256: the tiles behind the M = 129..192 rung beside the ladder, "
                                     "10 shapes (before the 1x2 cluster: the 128x96 entry is sweep-only now)", f"{_MM} --backends sm90 --m 128,192,256 --shapes 6144x4096,4096x4096,"
