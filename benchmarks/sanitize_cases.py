@@ -270,6 +270,9 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
         out.append(_linear_case("linear_sm90_dynamic_m100", 100, 4096, 256, "dynamic"))
         out.append(_linear_case("linear_sm90_dynamic_m150", 150, 1024, 512, "dynamic"))   # the 64x96 swap tile
         out.append(_linear_case("linear_sm90_dynamic_m200", 200, 512, 4224, "dynamic"))  # the 128x128 pingpong tile
+        # The cooperative tiles in their 1x2 clusters, weights first (the weights multicast to two token tiles).
+        out.append(_linear_case("linear_sm90_dynamic_m160_cluster", 160, 512, 4224, "dynamic", small=True))  # 128x96
+        out.append(_linear_case("linear_sm90_dynamic_m230_cluster", 230, 1024, 1024, "dynamic", small=True))  # 128x64
 
     if "sm80" in names:
         for cname in names["sm80"]:
