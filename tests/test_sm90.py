@@ -274,8 +274,8 @@ def test_linear_sm90_equals_quantize_then_scaled_mm(m, n, k):
 
 def test_linear_sm90_reads_weights_written_just_before_it():
     """In a CUDA graph: weights and input rewritten by the kernels right before the call (the
-    GEMM reads weights before its wait, which is safe because the quantizer between them is
-    launched in plain stream order); every replay has the new operands' bits."""
+    GEMM reads weights before its wait, which is safe because the quantizer between them lets
+    it launch only after waiting for the copies); every replay has the new operands' bits."""
     from w8a8 import rows
 
     m, n, k = 100, 1024, 4096
@@ -294,6 +294,69 @@ def test_linear_sm90_reads_weights_written_just_before_it():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, _composed(new_x, new_w, ws, bias, None, None))
+
+
+@pytest.mark.parametrize("m", [3, 64, 100, 200, 300, 600])
+def test_layers_back_to_back_equal_one_layer_at_a_time(m):
+    """Every kernel of the sm90 path launches as a programmatic dependent of the kernel before
+    it (csrc/common/programmatic_launch.cuh): each layer's quantizer reads what the GEMM before
+    it wrote, into memory the allocator recycles. Back to back, eagerly and replayed in a CUDA
+    graph, the stack gives the bits of the same stack synchronized after every layer: the
+    single op (up to 256 tokens) and quantize + scaled_mm, dynamic and static."""
+    from w8a8 import rows
+
+    k = 1024
+    layers = [_linear_operands(1, k, k, torch.bfloat16, static)[1:] for static in (False, True, False, False)]
+
+    def stack(x, sync=False):
+        for i, (w, ws, bias, s, zp) in enumerate(layers):
+            if m <= 256 and i % 2 == 0:
+                x = linear_op(x, w, ws, bias, s, zp, rows=rows.padded_rows(m))
+            else:
+                x = _composed(x, w, ws, bias, s, zp)
+            if sync:
+                torch.cuda.synchronize()
+        return x
+
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    want = stack(x, sync=True)
+    assert torch.isfinite(want).all() and want.abs().max() > 0
+    assert torch.equal(stack(x), want)
+    graph, out = capture_graph(lambda: stack(x))
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        want = stack(x, sync=True)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("m", [1, 12, 40, 100, 200, 300])
+def test_scaled_mm_reads_codes_written_just_before_it(m):
+    """In a CUDA graph, each GEMM's codes and scales are rewritten by the copies right before
+    it, and the next copy overwrites them while the GEMM may still be draining: every output
+    has its own operands' bits (the GEMM waits for the kernel before it before any load)."""
+    n, k = 2048, 4096
+    a, b, sa, sb, bias = mm_operands(m, n, k, "cuda")
+    sources = [(rand_int8(m, k, device="cuda"), rand_scale(m, 1, device="cuda")) for _ in range(3)]
+
+    def step():
+        outs = []
+        for src_a, src_s in sources:
+            a.copy_(src_a)
+            sa.copy_(src_s)
+            outs.append(op(a, b, sa, sb, bias, torch.bfloat16, "", None, "auto"))
+        return torch.stack(outs)
+
+    graph, out = capture_graph(step)
+    for _ in range(3):
+        for src_a, src_s in sources:
+            src_a.copy_(rand_int8(m, k, device="cuda"))
+            src_s.copy_(rand_scale(m, 1, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for i, (src_a, src_s) in enumerate(sources):
+            assert_exact(out[i], ref_scaled_mm(src_a, b, src_s, sb, bias, torch.bfloat16))
 
 
 def test_linear_sm90_refuses_fewer_rows_than_tokens():

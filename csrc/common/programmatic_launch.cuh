@@ -1,17 +1,31 @@
 // Programmatic dependent launch (Hopper and later): a kernel launched with
 // cudaLaunchAttributeProgrammaticStreamSerialization may start while the
-// kernel before it on the stream still runs, once that kernel has called
-// allow_dependent_launch(); it must call wait_for_prior_grids() before it
-// touches anything the earlier kernel writes (the wait returns once that grid
-// has finished and its writes are visible). Without the launch attribute, or
-// before sm_90, both are no-ops and the stream orders the kernels as usual.
+// kernel before it on the stream still runs, once every CTA of that kernel has
+// called allow_dependent_launch() or exited; it must call wait_for_prior_grids()
+// before it touches anything the earlier kernel may read or write (the wait
+// returns once that grid has finished and its writes are visible). Without the
+// launch attribute, or before sm_90, both are no-ops and the stream orders the
+// kernels as usual.
 //
-// Used by the quantizers (quantize/quantize.cu: they allow it at once) and the
-// decode kernels (decode/scaled_mm_gemv.cu, decode/scaled_mm_skinny.cu: they
-// wait before their first load). In a decode step the GEMV's launch and CTA
-// start-up then overlap the quantizer (measured on the H100, 4-block stack of
-// w8a8.demo: 0.577 -> 0.568 ms per CUDA-graph replay).
+// Every kernel of the sm90 path launches this way and waits before its first
+// global access (the GEMM's weights-first prologue in w8a8::linear excepted:
+// scaled_mm_sm90_mainloop.cuh), so a kernel's launch and CTA start-up overlap
+// the end of the kernel before it:
+//   * the CUDA quantizers (quantize/quantize.cu) wait, then allow their
+//     dependents at once;
+//   * the CUTLASS GEMMs (sm90/scaled_mm_sm90_mainloop.cuh) wait in the load
+//     warp before the first tile's loads and allow their dependents once they
+//     have issued every load of a tile; the stream-K scheduler's entries keep
+//     a plain launch;
+//   * the decode kernels (decode/scaled_mm_gemv.cu, decode/scaled_mm_skinny.cu)
+//     wait before their first load and never allow early.
+// Kernels of other libraries (PyTorch, Triton) never allow early: after one of
+// them the next kernel here can start only as its CTAs exit.
 #pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
 
 namespace w8a8 {
 
@@ -25,6 +39,23 @@ __device__ __forceinline__ void wait_for_prior_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// kernel<<<grid, block, 0, stream>>>(args...), with programmatic stream serialization.
+template <class... Params, class... Args>
+cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                                Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace w8a8

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/programmatic_launch.cuh"
 #include "common/scaled_mm_dequant.cuh"
 #include "common/scaled_mm_problem.h"
 
@@ -95,9 +96,8 @@ __device__ __forceinline__ void store_output(const EpilogueArgs& e, int m, int r
 using DecodeKernel = void (*)(DecodeArgs);
 
 // Launches the bf16 or the fp16 instantiation of a decode kernel, by
-// out_dtype, with programmatic stream serialization: the quantizer before it
-// (which calls allow_dependent_launch) lets its CTAs become resident early;
-// the kernel calls wait_for_prior_grids before its first load.
+// out_dtype, as a programmatic dependent (common/programmatic_launch.cuh): the
+// kernel calls wait_for_prior_grids before its first load.
 inline void launch_programmatic(DecodeKernel bf16_kernel, DecodeKernel fp16_kernel, ScaledMmOutDtype out_dtype,
                                 int64_t ctas, unsigned threads, cudaStream_t stream, const DecodeArgs& args,
                                 const char* who) {
@@ -105,17 +105,8 @@ inline void launch_programmatic(DecodeKernel bf16_kernel, DecodeKernel fp16_kern
     throw std::runtime_error(std::string(who) + ": expected fewer than 2^31 CTAs, got " + std::to_string(ctas));
   }
   const DecodeKernel kernel = out_dtype == ScaledMmOutDtype::kBFloat16 ? bf16_kernel : fp16_kernel;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(ctas));
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, args);
+  const cudaError_t status =
+      w8a8::launch_programmatic(kernel, dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, args);
   if (status != cudaSuccess) {
     throw std::runtime_error(std::string(who) + ": launch failed: " + cudaGetErrorString(status));
   }

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,6 +32,8 @@ namespace w8a8 {
 namespace {
 
 constexpr int kBlockThreads = 256;
+constexpr const char* kPerTokenOp = "quantize_per_token_cuda";
+constexpr const char* kStaticOp = "quantize_static_cuda";
 constexpr float kQMin = -128.0f;
 constexpr float kQMax = 127.0f;
 constexpr float kSymmetricQMax = 127.0f;
@@ -183,7 +186,8 @@ template <class T, int kVec, int kThreadsPerRow, int kMaxVecs>
 __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
     quantize_per_token_kernel(const T* __restrict__ x, int64_t ldx, int8_t* __restrict__ q,
                               float* __restrict__ scale_out, int64_t rows, int64_t k) {
-  allow_dependent_launch();  // a GEMV launched after this one may start its weight prefetch now
+  wait_for_prior_grids();  // x and the buffers written below may belong to the kernel before
+  allow_dependent_launch();
   constexpr int kRowsPerBlock = block_threads<kThreadsPerRow>() / kThreadsPerRow;
   const int lane = threadIdx.x % kThreadsPerRow;
   int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
@@ -261,6 +265,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     quantize_static_kernel(const T* __restrict__ x, int64_t ldx, int8_t* __restrict__ q, int64_t rows,
                            int64_t k, const float* __restrict__ scale_ptr, const void* zero_point,
                            bool zero_point_is_int32) {
+  wait_for_prior_grids();
   allow_dependent_launch();
   constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
   const int lane = threadIdx.x % kThreadsPerRow;
@@ -290,8 +295,18 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-void check_launch(const char* op) {
-  const cudaError_t error = cudaGetLastError();
+// Every launch is a programmatic dependent of the kernel before it (common/programmatic_launch.cuh):
+// its blocks start as that kernel's CTAs leave, and each waits for it before any access, then lets
+// the kernel after launch. In that order, because w8a8::linear's GEMM loads weights before its own
+// wait: once it may launch, the kernels before the quantizer (which may have written the weights)
+// have finished. H100, per-token quantizer + GEMM (W8A8Linear) over the serving grid: 1.8% less time
+// than a plain launch, up to 10% on 4096 x 4096 and 6144 x 4096 at M = 32..192, 5% more on two
+// points (4096 x 4096 at M = 96, 6144 x 4096 at M = 192).
+template <class... Params, class... Args>
+void launch(const char* op, void (*kernel)(Params...), int64_t blocks, int threads, cudaStream_t stream,
+            Args&&... args) {
+  const cudaError_t error = launch_programmatic(kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), stream,
+                                                std::forward<Args>(args)...);
   if (error != cudaSuccess) {
     throw std::runtime_error(std::string(op) + ": kernel launch failed: " + cudaGetErrorString(error));
   }
@@ -320,15 +335,15 @@ struct Launch {
     constexpr int kThreads = block_threads<kThreadsPerRow>();
     constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
     const int64_t blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-    quantize_per_token_kernel<T, kVec, kThreadsPerRow, kRowVecs>
-        <<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
+    launch(kPerTokenOp, quantize_per_token_kernel<T, kVec, kThreadsPerRow, kRowVecs>, blocks, kThreads, stream,
+           static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
   }
 
   // Rows longer than the register shapes hold: two passes through 256 threads.
   template <int kVec>
   static void launch_two_pass(const QuantizeParams& p, float* scale, cudaStream_t stream) {
-    quantize_per_token_kernel<T, kVec, 256, 0>
-        <<<p.rows, 256, 0, stream>>>(static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
+    launch(kPerTokenOp, quantize_per_token_kernel<T, kVec, 256, 0>, p.rows, 256, stream, static_cast<const T*>(p.x),
+           p.ldx, p.q, scale, p.rows, p.k);
   }
 
   // Up to this many rows (W8A8Linear's single op serves up to 256 tokens) the kernel is
@@ -349,7 +364,6 @@ struct Launch {
     else if (vecs <= 512 * 4) launch_per_token<kVec, 512, 4>(p, scale, stream);
     else if (vecs <= 512 * 8) launch_per_token<kVec, 512, 8>(p, scale, stream);
     else launch_two_pass<kVec>(p, scale, stream);
-    check_launch("quantize_per_token_cuda");
   }
 
   template <int kVec>
@@ -363,7 +377,6 @@ struct Launch {
     else if (vecs <= 256 * 8) launch_per_token<kVec, 256, 8>(p, scale, stream);
     else if (vecs <= 512 * 8) launch_per_token<kVec, 512, 8>(p, scale, stream);
     else launch_two_pass<kVec>(p, scale, stream);
-    check_launch("quantize_per_token_cuda");
   }
 
   template <int kVec>
@@ -372,13 +385,12 @@ struct Launch {
     const T* x = static_cast<const T*>(p.x);
     if (p.k / kVec <= 32 * kWarpRowVecs) {
       const int64_t blocks = (p.rows + kBlockThreads / 32 - 1) / (kBlockThreads / 32);
-      quantize_static_kernel<T, kVec, 32>
-          <<<blocks, kBlockThreads, 0, stream>>>(x, p.ldx, p.q, p.rows, p.k, scale, zp, zp_int32);
+      launch(kStaticOp, quantize_static_kernel<T, kVec, 32>, blocks, kBlockThreads, stream, x, p.ldx, p.q, p.rows,
+             p.k, scale, zp, zp_int32);
     } else {
-      quantize_static_kernel<T, kVec, kBlockThreads>
-          <<<p.rows, kBlockThreads, 0, stream>>>(x, p.ldx, p.q, p.rows, p.k, scale, zp, zp_int32);
+      launch(kStaticOp, quantize_static_kernel<T, kVec, kBlockThreads>, p.rows, kBlockThreads, stream, x, p.ldx,
+             p.q, p.rows, p.k, scale, zp, zp_int32);
     }
-    check_launch("quantize_static_cuda");
   }
 };
 

@@ -59,8 +59,9 @@ struct ScaledMmSm90Params : ScaledMmProblem {
   int sm_count = 0;  // multiprocessor count of device_id; must be > 0
   // The caller guarantees that no kernel still running when this one is enqueued
   // writes b (the weights): w8a8::linear, whose kernel before the GEMM is its own
-  // quantizer. The CUTLASS GEMM then launches as that kernel's programmatic dependent
-  // and loads its first weight tiles before waiting for it (scaled_mm_sm90_mainloop.cuh);
+  // quantizer. The CUTLASS GEMM (a programmatic dependent of the kernel before it, as
+  // every launch of it is) then loads its first weight tiles before waiting for that
+  // kernel (scaled_mm_sm90_mainloop.cuh);
   // the ladder then picks tiles that tolerate that early start (select_config).
   bool weights_ready = false;
 };

@@ -239,8 +239,10 @@ void ScaledMmSm90Launcher<Config, ElementOut>::run(const ScaledMmSm90Params& par
   // initialize() zeroes the stream-K locks in `workspace` on `stream`, sets
   // the kernel's dynamic shared memory limit, and builds the TMA descriptors.
   detail::throw_if_failed(gemm.initialize(args, workspace, stream), "initialize");
-  // weights_ready: launched as the programmatic dependent of the kernel before it.
-  detail::throw_if_failed(gemm.run(stream, nullptr, params.weights_ready), "launch");
+  // A programmatic dependent of the kernel before it (scaled_mm_sm90_mainloop.cuh), except
+  // on the stream-K scheduler, whose workspace initialize() may have reset with a kernel.
+  const bool programmatic = !G::kStreamK;
+  detail::throw_if_failed(gemm.run(stream, nullptr, programmatic), "launch");
 }
 
 }  // namespace w8a8::sm90
