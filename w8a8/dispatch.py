@@ -41,8 +41,8 @@ import torch
 from w8a8 import rows, reference, validate
 
 # Kernels by op, fastest first (the default order on a GPU). Quantization: on the H100
-# (M = 8192) the Triton quantizer streams 85% / 78% of HBM at K = 4096 / 14336, the CUDA
-# one 74% / 77%, so Triton is the default; the CUDA one serves w8a8::linear_sm90.
+# (M = 8192) the Triton quantizer streams 83% / 76% of HBM at K = 4096 / 14336, the CUDA
+# one 72% / 75%, so Triton is the default; the CUDA one serves w8a8::linear_sm90.
 BACKENDS = {
     "scaled_mm": ("sm90", "sm80", "triton", "reference"),
     "quantize_per_token": ("triton", "cuda", "reference"),
@@ -59,8 +59,8 @@ BACKENDS = {
 # tiles multicast each weight tile to the token tiles that share it, so that the early
 # start does not cost: docs/KERNELS.md). H100, CUDA-graph replays, against quantize +
 # scaled_mm in the same run (linear_single_op_h100.json): 0.3-12% less time at every
-# M = 96..256 on the 8 Llama-3 shapes. Few tokens: host time as well (15-30 us per call
-# against 90-160 us for the composed Python path, decode_h100.json).
+# M = 96..256 on the 8 Llama-3 shapes. Few tokens: host time as well (26 us per call
+# against 168 us for the composed Python path at M = 1, decode_h100.json).
 LINEAR_SM90_MAX_TOKENS = 256
 # TMA (sm90) and cp.async (sm80) move 16-byte rows: int8 operands need K % 16 == 0,
 # 16-bit outputs N % 8 == 0, and the CUTLASS kernels write bf16 / fp16 only.

@@ -15,8 +15,8 @@
 //     dependents at once;
 //   * the CUTLASS GEMMs (sm90/scaled_mm_sm90_mainloop.cuh) wait in the load
 //     warp before the first tile's loads and allow their dependents once they
-//     have issued every load of a tile; the stream-K scheduler's entries keep
-//     a plain launch;
+//     have issued every load of a tile; where CUTLASS's stream-K scheduler
+//     splits K, they launch plainly;
 //   * the decode kernels (decode/scaled_mm_gemv.cu, decode/scaled_mm_skinny.cu)
 //     wait before their first load and never allow early.
 // Kernels of other libraries (PyTorch, Triton) never allow early: after one of

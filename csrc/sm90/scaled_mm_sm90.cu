@@ -73,8 +73,6 @@ constexpr ConfigEntry kConfigs[] = {
                                              {8, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
     entry<sm90::Sm90Coop128x256x128_2x1>(sm90::kCoop128x256RasterN, "128x256x128_2x1_coop_swz8_rasterN",
                                          {8, Raster::kAlongN, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90SwapABCoopStreamK128x64x128_1x1>(sm90::kSwap128x64DataParallel,
-                                                     "swap_128x64x128_1x1_coop_dataparallel", kDataParallel),
     entry<sm90::Sm90CoopStreamK128x128x128_1x1>(sm90::kCoop128x128StreamK, "128x128x128_1x1_coop_streamk",
                                                 kDataParallel),
     decode_entry<&gemv_run>(sm90::kGemvSplit1, "gemv_dp4a_ksplit1", 1),
@@ -107,6 +105,8 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm90::Sm90SwapABCoopStreamK128x16x128_1x1>(sm90::kSwap128x16DataParallel,
                                                      "swap_128x16x128_1x1_coop_dataparallel", kDataParallel),
     entry<sm90::Sm90SwapABCoop128x96x128_1x1>(sm90::kSwap128x96NoCluster, "swap_128x96x128_1x1_coop", kDefault),
+    entry<sm90::Sm90SwapABCoopStreamK128x64x128_1x1>(sm90::kSwap128x64DataParallel,
+                                                     "swap_128x64x128_1x1_coop_dataparallel", kDataParallel),
 #endif
 };
 
@@ -176,8 +176,8 @@ ScaledMmSm90Plan choose(const ScaledMmSm90Params& p) {
   int id = p.config_id;
   if (id < 0) {
     id = split      ? sm90::split_capable_config(p.m)
-         : no_split ? sm90::select_config(p.m, p.n, p.sm_count, p.weights_ready)
-                    : sm90::plan_auto(p.m, p.n, p.k, p.sm_count, p.weights_ready);
+         : no_split ? sm90::select_config(p.m, p.n, p.sm_count)
+                    : sm90::plan_auto(p.m, p.n, p.k, p.sm_count);
   }
   const ConfigEntry& config = kConfigs[id];
   SchedulerOptions options = config.options;

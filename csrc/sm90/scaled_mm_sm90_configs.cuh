@@ -62,9 +62,8 @@ struct Sm90SwapABCoopStreamK128x16x128_1x1 {
   static constexpr bool kSwapAB = true;
 };
 
-// The ladder's tile for M in (192, 256] with N <= 4096 (data-parallel: 25-30%
-// faster than 128x128 tiles there); split / stream-K requests at M in (64,
-// 256]. 64 token columns, still memory-bound (128x64x128 wgmma per 16 KiB of
+// Split / stream-K requests at M in (64, 256] (data-parallel it was the ladder's tile for
+// M in (192, 256] with N <= 4096 before the 1x2 cluster below; sweep-only entry now). 64 token columns, still memory-bound (128x64x128 wgmma per 16 KiB of
 // weights). smem per stage 16 KiB + 8 KiB.
 struct Sm90SwapABCoopStreamK128x64x128_1x1 {
   using TileShape = Shape<_128, _64, _128>;
@@ -243,11 +242,13 @@ struct Sm90SwapABCoop128x192x128_1x1 {
 // with a standalone probe of these kernels on the H100 (SM id and times of every
 // CTA; not in the package). A 1x4 cluster: 116 CTAs resident, 25-30% slower.
 
-// (192, 256] tokens with N <= 4096 in w8a8::linear (ScaledMmSm90Params::weights_ready):
-// four 64-token tiles per 128 weight rows, in two clusters. A plain launch keeps the
-// 1x1 tile (kSwap128x64DataParallel): there the cluster is 0-3% slower with every token
-// tile full and 6-17% slower with a partial one (4096 x 14336 at 193 exact rows: 42.8
-// against 37.3 us; scaled_mm_cluster_h100.json).
+// (192, 256] tokens with N <= 4096: four 64-token tiles per 128 weight rows, in two
+// clusters. Every launch starts early now (common/programmatic_launch.cuh), and the 1x1
+// tile (sweep-only: kSwap128x64DataParallel) ran up to 6% slower than the cluster in plain
+// scaled_mm calls too: 4096 x 4096 at M = 256 11.94 against 11.20 us, 4096 x 14336 32.4
+// against 31.0, 193..224 exact rows 0-4% (scaled_mm_cluster256_h100.json). Before that,
+// in plain launches the cluster had been 0-3% slower with every token tile full and
+// 6-17% slower with a partial one (scaled_mm_cluster_h100.json).
 struct Sm90SwapABCoop128x64x128_1x2 {
   using TileShape = Shape<_128, _64, _128>;
   using ClusterShape = Shape<_1, _2, _1>;
@@ -317,7 +318,6 @@ enum ConfigId : int {
   kPingpong64x128,          // ladder: M in (64, 128]
   kPingpong128x128,         // ladder: M in (384, 512]; (192, 256] with N > 4096
   kCoop128x256RasterN,      // ladder: M > 512 (swizzle 8, raster along N)
-  kSwap128x64DataParallel,  // ladder: M in (192, 256] with N <= 4096, plain launches
   kCoop128x128StreamK,      // split / stream-K requests, M > 256
   kGemvSplit1,              // "auto": M <= 4 (GemvPolicy)
   kSkinnySplit4,            // "auto": M = 5..16 where K split 8 needs 1.5-2 waves (SkinnyPolicy)
@@ -328,7 +328,7 @@ enum ConfigId : int {
   kSwap64x96,               // ladder: M in (128, 192] with N <= 4096
   kSwap128x96Cluster,       // ladder: M in (128, 192], N > 4096 (two token tiles in one wave, or many waves); (256, 384]
   kSwap128x192,             // ladder: M in (128, 192], N > 4096 (one token tile in one wave); (256, 384]
-  kSwap128x64Cluster,       // ladder: M in (192, 256] with N <= 4096 under w8a8::linear (weights_ready)
+  kSwap128x64Cluster,       // ladder: M in (192, 256] with N <= 4096
 #ifdef W8A8_SWEEP_CONFIGS
   kCoop256x128RasterM,        // Sm90Coop256x128x128_1x2, swizzle 8, raster along M
   kCoop128x256RasterM,        // Sm90Coop128x256x128_2x1, swizzle 8, raster along M
@@ -342,6 +342,8 @@ enum ConfigId : int {
   kSwap64x16WS,               // swap-AB 64x16x256, non-persistent
   kSwap128x16DataParallel,    // the 128x16 cooperative tile data-parallel (the ladder's M <= 64 tile before 64x32 / 64x64)
   kSwap128x96NoCluster,       // Sm90SwapABCoop128x96x128_1x1 (the ladder's (128, 192] tile before the 1x2 cluster)
+  kSwap128x64DataParallel,    // the 128x64 stream-K tile data-parallel (the ladder's (192, 256] tile, N <= 4096,
+                              // in plain launches before every launch was programmatic)
 #endif
   kNumConfigs
 };
@@ -359,7 +361,7 @@ enum ConfigId : int {
 //   M <= 192: swap-AB tiles covering 192 tokens (Rung192Policy below).
 //   M <= 256: N <= 4096 (32 weight tiles of 128 rows): swap-AB 128x64 is
 //             25-30% faster than 128x128 tiles (16 tiles for 132 SMs), in
-//             a 1x2 cluster when launched early (weights_ready);
+//             a 1x2 cluster (every launch starts early);
 //             larger N: 128x128 pingpong, best on 4/5 of those shapes.
 //   M <= 384: swap-AB tiles covering 384 tokens (Rung384Policy).
 //   M <= 512: 128x128 pingpong: best on 5/8, up to 40% ahead of 128x256
@@ -403,9 +405,7 @@ struct Rung384Policy {
   }
 };
 
-// weights_ready: the GEMM is the programmatic dependent of w8a8::linear's quantizer
-// (ScaledMmSm90Params::weights_ready), whose CTAs start early on the SMs it frees.
-inline int select_config(int64_t m, int64_t n, int sm_count, bool weights_ready) {
+inline int select_config(int64_t m, int64_t n, int sm_count) {
   int64_t m_pow2 = 1;
   while (m_pow2 < m) m_pow2 <<= 1;
   if (m_pow2 <= 32) return kSwap64x32;
@@ -413,8 +413,7 @@ inline int select_config(int64_t m, int64_t n, int sm_count, bool weights_ready)
   if (m_pow2 <= 128) return n <= 4096 ? kWarpSpecialized64x64 : kPingpong64x128;
   if (m <= Rung192Policy::kMaxM) return Rung192Policy::config(n, sm_count);
   if (m_pow2 <= 256) {
-    if (n > 4096) return kPingpong128x128;
-    return weights_ready ? kSwap128x64Cluster : kSwap128x64DataParallel;
+    return n > 4096 ? kPingpong128x128 : kSwap128x64Cluster;
   }
   if (m <= Rung384Policy::kMaxM) return Rung384Policy::config(n, sm_count);
   if (m_pow2 <= 512) return kPingpong128x128;
@@ -509,10 +508,10 @@ struct SkinnyPolicy {
 // entry: the GEMV for a few tokens, the skinny GEMM for a few more on the
 // shapes it serves (each with its K split inside the CTA), else the ladder's
 // entry, data-parallel.
-inline int plan_auto(int64_t m, int64_t n, int64_t k, int sm_count, bool weights_ready) {
+inline int plan_auto(int64_t m, int64_t n, int64_t k, int sm_count) {
   if (m <= GemvPolicy::kMaxM) return GemvPolicy::kConfig;
   if (m <= SkinnyPolicy::kMaxM && SkinnyPolicy::serves(n, k)) return SkinnyPolicy::config(n, sm_count);
-  return select_config(m, n, sm_count, weights_ready);
+  return select_config(m, n, sm_count);
 }
 
 }  // namespace w8a8::sm90

@@ -240,8 +240,8 @@ void ScaledMmSm90Launcher<Config, ElementOut>::run(const ScaledMmSm90Params& par
   // the kernel's dynamic shared memory limit, and builds the TMA descriptors.
   detail::throw_if_failed(gemm.initialize(args, workspace, stream), "initialize");
   // A programmatic dependent of the kernel before it (scaled_mm_sm90_mainloop.cuh), except
-  // on the stream-K scheduler, whose workspace initialize() may have reset with a kernel.
-  const bool programmatic = !G::kStreamK;
+  // where the stream-K scheduler splits K (its workspace reset by a kernel in initialize()).
+  const bool programmatic = !G::kStreamK || options.decomposition == Decomposition::kDataParallel;
   detail::throw_if_failed(gemm.run(stream, nullptr, programmatic), "launch");
 }
 

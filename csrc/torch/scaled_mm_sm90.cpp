@@ -12,10 +12,9 @@
 //       heuristic, 1 = no split, n = split K n ways; scheduler: "auto", "persistent"
 //       (data-parallel) or "streamk" (see ScaledMmScheduler).
 //   scaled_mm_sm90_plan(int m, int n, int k, str config="", int? split_k=None,
-//                       str scheduler="auto", bool weights_ready=False) -> (str, str, int)
-//       What scaled_mm_sm90 runs for that shape on the current device: (entry name,
-//       K decomposition, splits). Raises as the op would. weights_ready: the GEMM of
-//       linear_sm90 (ScaledMmSm90Params::weights_ready).
+//                       str scheduler="auto") -> (str, str, int)
+//       What scaled_mm_sm90 (and linear_sm90's GEMM) runs for that shape on the current
+//       device: (entry name, K decomposition, splits). Raises as the op would.
 //   sm90_config_names() -> str[]       the table, in id order (ids depend on the build)
 //   sm90_archs() -> int[]              the archs this library holds kernels for (setup.py's SM90_ARCHS)
 //
@@ -130,8 +129,7 @@ at::Tensor scaled_mm_sm90_op(const at::Tensor& a, const at::Tensor& b, const at:
 std::tuple<std::string, std::string, int64_t> scaled_mm_sm90_plan_op(int64_t m, int64_t n, int64_t k,
                                                                      c10::string_view config,
                                                                      c10::optional<int64_t> split_k,
-                                                                     c10::string_view scheduler,
-                                                                     bool weights_ready) {
+                                                                     c10::string_view scheduler) {
   const int64_t int_max = 2147483647;
   W8A8_CHECK_VALUE(kPlanOp, m > 0 && n > 0 && k > 0 && m <= int_max && n <= int_max && k <= int_max,
                    "M, N, K must be in [1, 2^31), got M = ", m, ", N = ", n, ", K = ", k);
@@ -150,7 +148,6 @@ std::tuple<std::string, std::string, int64_t> scaled_mm_sm90_plan_op(int64_t m, 
   params.lda = params.ldb = k;
   params.ldd = n;
   set_request(kPlanOp, params, config, split_k, scheduler);
-  params.weights_ready = weights_ready;
   const c10::DeviceIndex device = c10::cuda::current_device();
   params.device_id = device;
   params.sm_count = device_info(device).sm_count;
@@ -198,8 +195,8 @@ TORCH_LIBRARY_FRAGMENT(w8a8, m) {
       "scaled_mm_sm90(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor? bias, ScalarType out_dtype, "
       "str config=\"\", int? split_k=None, str scheduler=\"auto\") -> Tensor");
   m.def(
-      "scaled_mm_sm90_plan(int m, int n, int k, str config=\"\", int? split_k=None, str scheduler=\"auto\", "
-      "bool weights_ready=False) -> (str, str, int)");
+      "scaled_mm_sm90_plan(int m, int n, int k, str config=\"\", int? split_k=None, str scheduler=\"auto\") "
+      "-> (str, str, int)");
   m.def("sm90_config_names() -> str[]");
   m.def("sm90_archs() -> int[]");
 }
