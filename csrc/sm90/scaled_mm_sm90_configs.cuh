@@ -62,9 +62,10 @@ struct Sm90SwapABCoopStreamK128x16x128_1x1 {
   static constexpr bool kSwapAB = true;
 };
 
-// Split / stream-K requests at M in (64, 256] (data-parallel it was the ladder's tile for
-// M in (192, 256] with N <= 4096 before the 1x2 cluster below; sweep-only entry now). 64 token columns, still memory-bound (128x64x128 wgmma per 16 KiB of
-// weights). smem per stage 16 KiB + 8 KiB.
+// Split / stream-K requests at M in (64, 256]; data-parallel, the ladder's tile for M in
+// (192, 256] with N <= 4096 before the 1x2 cluster below (a sweep-only entry now). 64
+// token columns, still memory-bound (128x64x128 wgmma per 16 KiB of weights). smem per
+// stage 16 KiB + 8 KiB.
 struct Sm90SwapABCoopStreamK128x64x128_1x1 {
   using TileShape = Shape<_128, _64, _128>;
   using ClusterShape = Shape<_1, _1, _1>;
@@ -412,9 +413,7 @@ inline int select_config(int64_t m, int64_t n, int sm_count) {
   if (m_pow2 <= 64) return kSwap64x64;
   if (m_pow2 <= 128) return n <= 4096 ? kWarpSpecialized64x64 : kPingpong64x128;
   if (m <= Rung192Policy::kMaxM) return Rung192Policy::config(n, sm_count);
-  if (m_pow2 <= 256) {
-    return n > 4096 ? kPingpong128x128 : kSwap128x64Cluster;
-  }
+  if (m_pow2 <= 256) return n > 4096 ? kPingpong128x128 : kSwap128x64Cluster;
   if (m <= Rung384Policy::kMaxM) return Rung384Policy::config(n, sm_count);
   if (m_pow2 <= 512) return kPingpong128x128;
   return kCoop128x256RasterN;
