@@ -25,6 +25,8 @@
 
 #include <cuda_runtime.h>
 
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace w8a8 {
@@ -41,10 +43,11 @@ __device__ __forceinline__ void wait_for_prior_grids() {
 #endif
 }
 
-// kernel<<<grid, block, 0, stream>>>(args...), with programmatic stream serialization.
+// kernel<<<grid, block, 0, stream>>>(args...), with programmatic stream serialization; a
+// failed launch throws std::runtime_error naming `who`.
 template <class... Params, class... Args>
-cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
-                                Args&&... args) {
+void launch_programmatic(const char* who, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                         Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -55,7 +58,10 @@ cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  const cudaError_t error = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (error != cudaSuccess) {
+    throw std::runtime_error(std::string(who) + ": kernel launch failed: " + cudaGetErrorString(error));
+  }
 }
 
 }  // namespace w8a8

@@ -105,11 +105,7 @@ inline void launch_programmatic(DecodeKernel bf16_kernel, DecodeKernel fp16_kern
     throw std::runtime_error(std::string(who) + ": expected fewer than 2^31 CTAs, got " + std::to_string(ctas));
   }
   const DecodeKernel kernel = out_dtype == ScaledMmOutDtype::kBFloat16 ? bf16_kernel : fp16_kernel;
-  const cudaError_t status =
-      w8a8::launch_programmatic(kernel, dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, args);
-  if (status != cudaSuccess) {
-    throw std::runtime_error(std::string(who) + ": launch failed: " + cudaGetErrorString(status));
-  }
+  w8a8::launch_programmatic(who, kernel, dim3(static_cast<unsigned>(ctas)), dim3(threads), stream, args);
 }
 
 }  // namespace w8a8::decode
