@@ -44,7 +44,8 @@ SM90_SOURCES = [
     "csrc/quantize/quantize.cu",
 ]
 SM90_SWEEP_SOURCES = ["csrc/sm90/instances/coop_256x128x128_1x2.cu", "csrc/sm90/instances/swap_ws_64x16x256_1x1.cu",
-                      "csrc/sm90/instances/swap_coop_128x96x128_1x1.cu"]
+                      "csrc/sm90/instances/swap_coop_128x96x128_1x1.cu",
+                      "csrc/sm90/instances/coop_streamk_128x256x128_2x1.cu"]
 # w8a8._C_sm80: the sm80 GEMM table.
 SM80_SOURCES = [
     "csrc/torch/scaled_mm_sm80.cpp",

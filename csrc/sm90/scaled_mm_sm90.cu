@@ -107,6 +107,11 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm90::Sm90SwapABCoop128x96x128_1x1>(sm90::kSwap128x96NoCluster, "swap_128x96x128_1x1_coop", kDefault),
     entry<sm90::Sm90SwapABCoopStreamK128x64x128_1x1>(sm90::kSwap128x64DataParallel,
                                                      "swap_128x64x128_1x1_coop_dataparallel", kDataParallel),
+    entry<sm90::Sm90CoopStreamK128x256x128_2x1>(sm90::kCoop128x256StreamK, "128x256x128_2x1_coop_streamk", kDefault),
+    entry<sm90::Sm90CoopStreamK128x256x128_2x1>(sm90::kCoop128x256ForcedStreamK, "128x256x128_2x1_coop_streamk_forced",
+                                                {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
+    entry<sm90::Sm90CoopStreamK128x128x128_1x1>(sm90::kCoop128x128ForcedStreamK, "128x128x128_1x1_coop_streamk_forced",
+                                                {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
 #endif
 };
 

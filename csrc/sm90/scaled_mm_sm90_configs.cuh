@@ -296,6 +296,20 @@ struct Sm90CoopStreamK128x128x128_1x1 {
   static constexpr bool kSwapAB = false;
 };
 
+#ifdef W8A8_SWEEP_CONFIGS
+// Sweep only: the compute tile of M > 512 (128x256 cooperative, 2x1 cluster) on the
+// stream-K scheduler, for M in (192, 512], where the persistent tiles leave a partial
+// last wave (10240 x 8192 at M = 256: 160 tiles of 128x128 on 132 SMs).
+struct Sm90CoopStreamK128x256x128_2x1 {
+  using TileShape = Shape<_128, _256, _128>;
+  using ClusterShape = Shape<_2, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr bool kSwapAB = false;
+};
+#endif
+
 // The launcher each instance file instantiates (defined in
 // scaled_mm_sm90_kernel.cuh). ElementOut: cutlass::bfloat16_t or cutlass::half_t.
 template <class Config, class ElementOut>
@@ -345,6 +359,9 @@ enum ConfigId : int {
   kSwap128x96NoCluster,       // Sm90SwapABCoop128x96x128_1x1 (the ladder's (128, 192] tile before the 1x2 cluster)
   kSwap128x64DataParallel,    // the 128x64 stream-K tile data-parallel (the ladder's (192, 256] tile, N <= 4096,
                               // in plain launches before every launch was programmatic)
+  kCoop128x256StreamK,        // Sm90CoopStreamK128x256x128_2x1, CUTLASS's heuristic decomposition
+  kCoop128x256ForcedStreamK,  // the same, stream-K even where the last wave is more than half full
+  kCoop128x128ForcedStreamK,  // the 128x128 stream-K tile, stream-K (its shipped entry is data-parallel)
 #endif
   kNumConfigs
 };

@@ -96,6 +96,17 @@ SOURCES = {
                                        f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 30..41,186..200,224,256 "
                                        "--shapes 4096x4096,6144x4096,4096x14336 --configs swap_128x64x128_1x2_coop,"
                                        "swap_128x64x128_1x1_coop_dataparallel --tag cluster256_h100"),
+    "scaled_mm_streamk_h100.json": ("M = 193..512: the 128x256 tile (2x1 cluster) and the 128x128 tile on CUTLASS's "
+                                    "stream-K scheduler beside the ladder and its tiles (exact-size and the quantizers' "
+                                    "row-padded codes)", f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m "
+                                    "193,256,320,384,448,512 --configs 128x256x128_2x1_coop_streamk,"
+                                    "128x256x128_2x1_coop_streamk_forced,128x128x128_1x1_coop_streamk_forced,"
+                                    "128x128x128_2x1_pingpong_swz8,swap_128x192x128_1x1_coop,swap_128x96x128_1x2_coop "
+                                    "--tag streamk_h100"),
+    "scaled_mm_streamk2_h100.json": ("M = 385..2048: the same stream-K entries beside the ladder",
+                                     f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 385,448,512,640,768,1024,"
+                                     "1536,2048 --configs 128x256x128_2x1_coop_streamk,128x256x128_2x1_coop_streamk_forced,"
+                                     "128x128x128_1x1_coop_streamk_forced --tag streamk2_h100"),
     "scaled_mm_steps_h100.json": ("M = 65..256 around the 64 / 128 tile edges: five tiles named beside the ladder, "
                                   "the Llama-3-8B shapes", f"{_MM} --backends sm90 --m 65,72,80,96,112,128,129,136,144,160,"
                                   "192,224,256 --shapes 6144x4096,4096x4096,28672x4096,4096x14336 --configs <those entries> "
