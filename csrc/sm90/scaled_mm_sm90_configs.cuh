@@ -298,8 +298,10 @@ struct Sm90CoopStreamK128x128x128_1x1 {
 
 #ifdef W8A8_SWEEP_CONFIGS
 // Sweep only: the compute tile of M > 512 (128x256 cooperative, 2x1 cluster) on the
-// stream-K scheduler, for M in (192, 512], where the persistent tiles leave a partial
-// last wave (10240 x 8192 at M = 256: 160 tiles of 128x128 on 132 SMs).
+// stream-K scheduler, against a partial last wave of tiles (10240 x 8192 at M = 256: 160
+// tiles of 128x128 on 132 SMs). H100, M = 193..2048 (scaled_mm_streamk*_h100.json): ahead
+// of the ladder where its tiles end in a partly filled wave or row on N >= 8192 and at
+// M = 640 / 768, behind it on 4096-wide shapes and on most row-padded M <= 512 (KERNELS.md).
 struct Sm90CoopStreamK128x256x128_2x1 {
   using TileShape = Shape<_128, _256, _128>;
   using ClusterShape = Shape<_2, _1, _1>;
