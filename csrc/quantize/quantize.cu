@@ -294,13 +294,14 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-// Every launch (launch_programmatic below) is a programmatic dependent of the kernel before it
-// (common/programmatic_launch.cuh): its blocks start as that kernel's CTAs leave, and each waits for it before any access, then lets
-// the kernel after launch. In that order, because w8a8::linear's GEMM loads weights before its own
-// wait: once it may launch, the kernels before the quantizer (which may have written the weights)
-// have finished. H100, per-token quantizer + GEMM (W8A8Linear) over the serving grid: 1.8% less time
-// than a plain launch, up to 10% on 4096 x 4096 and 6144 x 4096 at M = 32..192, 5% more on two
-// points (4096 x 4096 at M = 96, 6144 x 4096 at M = 192). Grids fit: rows < 2^31 (check_params).
+// Every launch (launch_programmatic below) is a programmatic dependent of the kernel before
+// it (common/programmatic_launch.cuh): its blocks start as that kernel's CTAs leave, and each
+// waits for it before any access, then lets the kernel after launch. In that order, because
+// w8a8::linear's GEMM loads weights before its own wait: once it may launch, the kernels
+// before the quantizer (which may have written the weights) have finished. H100, per-token
+// quantizer + GEMM (W8A8Linear) over the serving grid: 1.8% less time than a plain launch,
+// up to 10% on 4096 x 4096 and 6144 x 4096 at M = 32..192, 5% more on two points
+// (4096 x 4096 at M = 96, 6144 x 4096 at M = 192). Grids fit: rows < 2^31 (check_params).
 
 // Per-call launch choice: vector width, then the row mapping by the row's vector count.
 template <class T>

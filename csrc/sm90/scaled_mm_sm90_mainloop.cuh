@@ -27,11 +27,11 @@
 // programmatic (common/programmatic_launch.cuh): a plain scaled_mm waits before
 // any load, and once the load warp has issued every load of a tile it lets the
 // next kernel on the stream launch, whose start-up then overlaps this kernel's
-// last stages and epilogue. H100 (20-call
-// graphs of back-to-back GEMMs): 3% less time over the serving grid, up to 14%
-// on 4096 x 4096 and 6144 x 4096; allowing it at the CTA's start instead ran as
-// fast on the whole but up to 12% slower on 4096 x 14336 at M = 96, and
-// launching programmatically without allowing early gained 0.7%.
+// last stages and epilogue. H100 (20-call graphs of back-to-back GEMMs): 3% less
+// time over the serving grid, up to 14% on 4096 x 4096 and 6144 x 4096; allowing
+// it at the CTA's start instead ran as fast on the whole but up to 12% slower on
+// 4096 x 14336 at M = 96, and launching programmatically without allowing early
+// gained 0.7%.
 #pragma once
 
 #include <cute/tensor.hpp>

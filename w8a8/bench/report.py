@@ -66,7 +66,10 @@ SOURCES = {
                                  "--backends sm90 --m 62..68,72,80,96,112,124..132,144,160,176,190..194,224,252..256 "
                                  "--shapes 6144x4096,4096x4096,28672x4096,4096x14336 --tag rows_h100"),
     "scaled_mm_rung192_h100.json": ("M = 128, 192, 256: the tiles behind the M = 129..192 rung beside the ladder, "
-                                    "10 shapes (before the 1x2 clusters: the 128x96 and 128x64 1x1 entries are sweep-only now)", f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 128,192,256 --shapes 6144x4096,4096x4096,"
+                                    "10 shapes (before the 1x2 clusters: the 128x96 and 128x64 1x1 entries are "
+                                    "sweep-only now)",
+                                    f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 128,192,256 --shapes "
+                                    "6144x4096,4096x4096,"
                                     "28672x4096,4096x14336,10240x8192,8192x8192,57344x8192,8192x28672,12288x4096,14336x4096 "
                                     "--configs swap_64x96x256_1x1_ws,swap_128x96x128_1x1_coop,swap_128x192x128_1x1_coop,"
                                     "swap_128x64x128_1x1_coop_dataparallel,128x128x128_2x1_pingpong_swz8 --tag rung192_h100"),
