@@ -24,6 +24,14 @@ def test_cli_bench_smoke_on_cpu(tmp_path, capsys):
     assert "geomean x bf16" in capsys.readouterr().out
 
 
+def test_stream_bench_needs_a_gpu(monkeypatch):
+    from w8a8.bench import stream
+
+    monkeypatch.setattr(stream.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        stream.main([])
+
+
 def test_token_counts_take_ranges():
     from w8a8.bench import _ints
 

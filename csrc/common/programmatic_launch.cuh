@@ -21,6 +21,15 @@
 //     wait before their first load and never allow early.
 // Kernels of other libraries (PyTorch, Triton) never allow early: after one of
 // them the next kernel here can start only as its CTAs exit.
+//
+// Early start needs room: a dependent's CTA becomes resident on an SM only beside blocks
+// that leave it the registers and shared memory it asks for, in the L1 / shared-memory
+// split the SM runs at. The driver picks a kernel's split from its own needs, so a
+// quantizer (little shared memory) runs its SMs at a small split, and a CUTLASS GEMM
+// (most of the 228 KB) cannot start on them until the quantizer's blocks leave and the
+// SM drains. A kernel whose dependent takes most of the shared memory asks for the
+// largest split (prefer_max_shared_memory); the quantizers do so where the op knows a
+// CUTLASS GEMM follows (QuantizeParams::next_kernel_full_smem).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,6 +50,19 @@ __device__ __forceinline__ void wait_for_prior_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// Asks the driver to run `kernel` at the largest shared-memory split (a hint: it keeps the
+// blocks' own shared memory and occupancy). A failed call throws std::runtime_error
+// naming `who`.
+template <class... Params>
+void prefer_max_shared_memory(const char* who, void (*kernel)(Params...)) {
+  const cudaError_t error =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (error != cudaSuccess) {
+    throw std::runtime_error(std::string(who) + ": setting the shared-memory carveout failed: " +
+                             cudaGetErrorString(error));
+  }
 }
 
 // kernel<<<grid, block, 0, stream>>>(args...), with programmatic stream serialization; a

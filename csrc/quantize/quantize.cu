@@ -181,7 +181,9 @@ __device__ __forceinline__ Codes<kVec> quantize_per_token_codes(const float (&v)
 
 // kMaxVecs > 0: each thread keeps up to kMaxVecs vectors of its row in registers.
 // kMaxVecs == 0: two passes over the row.
-template <class T, int kVec, int kThreadsPerRow, int kMaxVecs>
+// kFullSmem (both kernels): the same code as a kernel of its own, which runs at the largest
+// shared-memory split (QuantizeParams::next_kernel_full_smem).
+template <class T, int kVec, int kThreadsPerRow, int kMaxVecs, bool kFullSmem>
 __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
     quantize_per_token_kernel(const T* __restrict__ x, int64_t ldx, int8_t* __restrict__ q,
                               float* __restrict__ scale_out, int64_t rows, int64_t k) {
@@ -259,7 +261,7 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
   }
 }
 
-template <class T, int kVec, int kThreadsPerRow>
+template <class T, int kVec, int kThreadsPerRow, bool kFullSmem>
 __global__ void __launch_bounds__(kBlockThreads)
     quantize_static_kernel(const T* __restrict__ x, int64_t ldx, int8_t* __restrict__ q, int64_t rows,
                            int64_t k, const float* __restrict__ scale_ptr, const void* zero_point,
@@ -303,8 +305,19 @@ __global__ void __launch_bounds__(kBlockThreads)
 // up to 10% on 4096 x 4096 and 6144 x 4096 at M = 32..192, 5% more on two points
 // (4096 x 4096 at M = 96, 6144 x 4096 at M = 192). Grids fit: rows < 2^31 (check_params).
 
+// `kernel`, set once per kernel to run at the largest shared-memory split when kFullSmem.
+template <bool kFullSmem, class... Params>
+auto with_carveout(const char* who, void (*kernel)(Params...)) {
+  if constexpr (kFullSmem) {
+    static const bool set = (prefer_max_shared_memory(who, kernel), true);
+    (void)set;
+  }
+  return kernel;
+}
+
 // Per-call launch choice: vector width, then the row mapping by the row's vector count.
-template <class T>
+// kFullSmem: the kernels that run at the largest shared-memory split.
+template <class T, bool kFullSmem>
 struct Launch {
   static constexpr int kVec16 = 16 / sizeof(T);
   // Static quantization: a warp per row while a lane has at most this many vectors.
@@ -326,7 +339,9 @@ struct Launch {
     constexpr int kThreads = block_threads<kThreadsPerRow>();
     constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
     const int64_t blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-    launch_programmatic(kPerTokenOp, quantize_per_token_kernel<T, kVec, kThreadsPerRow, kRowVecs>,
+    launch_programmatic(kPerTokenOp,
+                        with_carveout<kFullSmem>(kPerTokenOp,
+                                                 quantize_per_token_kernel<T, kVec, kThreadsPerRow, kRowVecs, kFullSmem>),
                         dim3(static_cast<unsigned>(blocks)), dim3(kThreads), stream, static_cast<const T*>(p.x), p.ldx,
                         p.q, scale, p.rows, p.k);
   }
@@ -334,8 +349,9 @@ struct Launch {
   // Rows longer than the register shapes hold: two passes through 256 threads.
   template <int kVec>
   static void launch_two_pass(const QuantizeParams& p, float* scale, cudaStream_t stream) {
-    launch_programmatic(kPerTokenOp, quantize_per_token_kernel<T, kVec, 256, 0>, dim3(static_cast<unsigned>(p.rows)),
-                        dim3(256), stream, static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
+    launch_programmatic(kPerTokenOp,
+                        with_carveout<kFullSmem>(kPerTokenOp, quantize_per_token_kernel<T, kVec, 256, 0, kFullSmem>),
+                        dim3(static_cast<unsigned>(p.rows)), dim3(256), stream, static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
   }
 
   // Up to this many rows (W8A8Linear's single op serves up to 256 tokens) the kernel is
@@ -377,10 +393,12 @@ struct Launch {
     const T* x = static_cast<const T*>(p.x);
     if (p.k / kVec <= 32 * kWarpRowVecs) {
       const int64_t blocks = (p.rows + kBlockThreads / 32 - 1) / (kBlockThreads / 32);
-      launch_programmatic(kStaticOp, quantize_static_kernel<T, kVec, 32>, dim3(static_cast<unsigned>(blocks)),
+      launch_programmatic(kStaticOp, with_carveout<kFullSmem>(kStaticOp, quantize_static_kernel<T, kVec, 32, kFullSmem>),
+                          dim3(static_cast<unsigned>(blocks)),
                           dim3(kBlockThreads), stream, x, p.ldx, p.q, p.rows, p.k, scale, zp, zp_int32);
     } else {
-      launch_programmatic(kStaticOp, quantize_static_kernel<T, kVec, kBlockThreads>,
+      launch_programmatic(kStaticOp,
+                          with_carveout<kFullSmem>(kStaticOp, quantize_static_kernel<T, kVec, kBlockThreads, kFullSmem>),
                           dim3(static_cast<unsigned>(p.rows)), dim3(kBlockThreads), stream, x, p.ldx, p.q, p.rows, p.k,
                           scale, zp, zp_int32);
     }
@@ -399,24 +417,36 @@ void by_dtype(QuantInDtype dtype, Args&&... args) {
 
 template <class T>
 struct PerToken {
-  static void run(const QuantizeParams& p, float* scale, cudaStream_t stream) {
-    if (Launch<T>::vectorizable(p)) {
-      Launch<T>::template per_token<Launch<T>::kVec16>(p, scale, stream);
+  template <bool kFullSmem>
+  static void launch(const QuantizeParams& p, float* scale, cudaStream_t stream) {
+    using L = Launch<T, kFullSmem>;
+    if (L::vectorizable(p)) {
+      L::template per_token<L::kVec16>(p, scale, stream);
     } else {
-      Launch<T>::template per_token<1>(p, scale, stream);
+      L::template per_token<1>(p, scale, stream);
     }
+  }
+  static void run(const QuantizeParams& p, float* scale, cudaStream_t stream) {
+    p.next_kernel_full_smem ? launch<true>(p, scale, stream) : launch<false>(p, scale, stream);
   }
 };
 
 template <class T>
 struct Static {
+  template <bool kFullSmem>
+  static void launch(const QuantizeParams& p, const float* scale, const void* zp, bool zp_int32,
+                     cudaStream_t stream) {
+    using L = Launch<T, kFullSmem>;
+    if (L::vectorizable(p)) {
+      L::template static_quant<L::kVec16>(p, scale, zp, zp_int32, stream);
+    } else {
+      L::template static_quant<1>(p, scale, zp, zp_int32, stream);
+    }
+  }
   static void run(const QuantizeParams& p, const float* scale, const void* zp, bool zp_int32,
                   cudaStream_t stream) {
-    if (Launch<T>::vectorizable(p)) {
-      Launch<T>::template static_quant<Launch<T>::kVec16>(p, scale, zp, zp_int32, stream);
-    } else {
-      Launch<T>::template static_quant<1>(p, scale, zp, zp_int32, stream);
-    }
+    p.next_kernel_full_smem ? launch<true>(p, scale, zp, zp_int32, stream)
+                            : launch<false>(p, scale, zp, zp_int32, stream);
   }
 };
 

@@ -205,6 +205,7 @@ ScaledMmSm90Plan choose(const ScaledMmSm90Params& p) {
   plan.config_id = id;
   plan.options = options;
   plan.config_name = config.name;
+  plan.cutlass = !config.decode;
   if (config.decode) {  // the K split inside the CTA, reduced in a fixed order like split-K
     plan.decomposition = options.splits > 1 ? "split_k" : "data_parallel";
     plan.splits = options.splits;

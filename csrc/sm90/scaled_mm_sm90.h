@@ -73,6 +73,8 @@ struct ScaledMmSm90Plan {
   const char* decomposition = "";  // "data_parallel", "split_k", "stream_k", or "heuristic"
                                    // (CUTLASS's stream-K scheduler decides per problem)
   int splits = 1;                  // K splits: CUTLASS split-K, or a decode kernel's split inside the CTA
+  bool cutlass = true;             // a CUTLASS kernel (nearly all of an SM's shared memory);
+                                   // false for the decode kernels (the GEMV, the skinny GEMM)
 };
 
 // Checks `params` (the problem contract of scaled_mm_problem.h, config_id,

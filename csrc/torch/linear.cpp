@@ -14,7 +14,9 @@
 //     on those rows and the first M rows of its output are returned (w8a8/rows.py
 //     says why).
 //     The GEMM launches as the quantizer's programmatic dependent and loads its first
-//     weight tiles while the quantizer runs (ScaledMmSm90Params::weights_ready).
+//     weight tiles while the quantizer runs (ScaledMmSm90Params::weights_ready); before a
+//     CUTLASS GEMM the quantizer runs at the largest shared-memory split, so that the
+//     GEMM's CTAs can start beside its blocks (QuantizeParams::next_kernel_full_smem).
 // It checks the rules of validate.linear once, then the kernels' limits, and
 // runs the quantizer and the GEMM on the checked operands.
 #include <cstdint>
@@ -71,22 +73,23 @@ at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::
   // The quantizer writes the first m rows; the pad rows reach only output rows dropped below.
   const at::Tensor q_padded = at::empty({padded, k}, x.options().dtype(at::kChar));
   at::Tensor q = q_padded.narrow(0, 0, m);
-  at::Tensor a_scale_padded;
-  if (input_scale.has_value()) {
-    quantize_static_checked(kOp, rows, q, *input_scale, input_zero_point);
-    a_scale_padded = *input_scale;
-  } else {
-    a_scale_padded = at::empty({padded, 1}, x.options().dtype(at::kFloat));
-    at::Tensor a_scale = a_scale_padded.narrow(0, 0, m);
-    quantize_per_token_checked(kOp, rows, q, a_scale);
-  }
+  const at::Tensor a_scale_padded =
+      input_scale.has_value() ? *input_scale : at::empty({padded, 1}, x.options().dtype(at::kFloat));
   ScaledMmSm90Params params;  // config "" (the heuristic), no split request
   params.m = padded;
   params.n = n;
   params.k = k;
-  params.weights_ready = true;  // the kernel before the GEMM is the quantizer above
-  const at::Tensor out = scaled_mm_sm90_checked(kOp, params, q_padded, weight, a_scale_padded, weight_scale, bias,
-                                                x.scalar_type(), info);
+  params.weights_ready = true;  // the kernel before the GEMM is the quantizer below
+  // Planned before the quantizer runs (nothing is read yet), which then knows what follows it.
+  const Sm90Call gemm = plan_scaled_mm_sm90_checked(kOp, params, q_padded, weight, a_scale_padded, weight_scale, bias,
+                                                    x.scalar_type(), info);
+  if (input_scale.has_value()) {
+    quantize_static_checked(kOp, rows, q, *input_scale, input_zero_point, gemm.plan.cutlass);
+  } else {
+    at::Tensor a_scale = a_scale_padded.narrow(0, 0, m);
+    quantize_per_token_checked(kOp, rows, q, a_scale, gemm.plan.cutlass);
+  }
+  const at::Tensor out = run_scaled_mm_sm90_checked(kOp, gemm);
   return out.narrow(0, 0, m).view(out_shape);
 }
 

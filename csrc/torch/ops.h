@@ -78,10 +78,24 @@ auto call_kernel_library(const char* op, Fn&& fn, const std::string& context = "
 // capability checked): plan, workspace, run. `params` holds M, N, K and the config /
 // split_k / scheduler request; out [M, N] in out_dtype is written on the current
 // stream. `op` names the public op in messages. (scaled_mm_sm90.cpp)
-at::Tensor scaled_mm_sm90_checked(const char* op, ScaledMmSm90Params params, const at::Tensor& a, const at::Tensor& b,
-                                  const at::Tensor& a_scale, const at::Tensor& b_scale,
+at::Tensor scaled_mm_sm90_checked(const char* op, const ScaledMmSm90Params& params, const at::Tensor& a,
+                                  const at::Tensor& b, const at::Tensor& a_scale, const at::Tensor& b_scale,
                                   const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
                                   const DeviceInfo& info);
+
+// The same in two steps, for a caller that launches a kernel of its own between them
+// and needs to know what the GEMM runs (w8a8::linear's quantizer): the plan binds the
+// operands (read only when run) and allocates the output.
+struct Sm90Call {
+  ScaledMmSm90Params params;
+  ScaledMmSm90Plan plan;
+  at::Tensor out;
+};
+Sm90Call plan_scaled_mm_sm90_checked(const char* op, ScaledMmSm90Params params, const at::Tensor& a,
+                                      const at::Tensor& b, const at::Tensor& a_scale, const at::Tensor& b_scale,
+                                      const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                                      const DeviceInfo& info);
+at::Tensor run_scaled_mm_sm90_checked(const char* op, const Sm90Call& call);
 
 // x as [rows, K] with unit stride along K and a row pitch the quantizers take (a view
 // where the strides allow it). (quantize.cpp)
@@ -90,8 +104,10 @@ at::Tensor quantizer_rows(const at::Tensor& x, int64_t k);
 // The CUDA quantizers on checked operands: `rows` from quantizer_rows, non-empty, on a
 // device they run on; q [rows, K] int8 and (per token) scale [rows, 1] fp32 are written
 // on the current stream. `op` names the public op in messages. (quantize.cpp)
-void quantize_per_token_checked(const char* op, const at::Tensor& rows, at::Tensor& q, at::Tensor& scale);
+// next_kernel_full_smem: a CUTLASS GEMM is launched right after (QuantizeParams).
+void quantize_per_token_checked(const char* op, const at::Tensor& rows, at::Tensor& q, at::Tensor& scale,
+                                bool next_kernel_full_smem = false);
 void quantize_static_checked(const char* op, const at::Tensor& rows, at::Tensor& q, const at::Tensor& scale,
-                             const c10::optional<at::Tensor>& zero_point);
+                             const c10::optional<at::Tensor>& zero_point, bool next_kernel_full_smem = false);
 
 }  // namespace w8a8

@@ -35,8 +35,9 @@ QuantInDtype in_dtype(const at::Tensor& x) {
   }
 }
 
-QuantizeParams params_of(const at::Tensor& rows, at::Tensor& q) {
+QuantizeParams params_of(const at::Tensor& rows, at::Tensor& q, bool next_kernel_full_smem) {
   QuantizeParams p;
+  p.next_kernel_full_smem = next_kernel_full_smem;
   p.x = rows.data_ptr();
   p.q = q.data_ptr<int8_t>();
   p.in_dtype = in_dtype(rows);
@@ -98,17 +99,20 @@ at::Tensor quantizer_rows(const at::Tensor& x, int64_t k) {
   return rows;
 }
 
-void quantize_per_token_checked(const char* op, const at::Tensor& rows, at::Tensor& q, at::Tensor& scale) {
+void quantize_per_token_checked(const char* op, const at::Tensor& rows, at::Tensor& q, at::Tensor& scale,
+                                bool next_kernel_full_smem) {
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(rows.device().index()).stream();
-  call_kernel_library(op, [&] { quantize_per_token_cuda(params_of(rows, q), scale.data_ptr<float>(), stream); });
+  call_kernel_library(op, [&] {
+    quantize_per_token_cuda(params_of(rows, q, next_kernel_full_smem), scale.data_ptr<float>(), stream);
+  });
 }
 
 void quantize_static_checked(const char* op, const at::Tensor& rows, at::Tensor& q, const at::Tensor& scale,
-                             const c10::optional<at::Tensor>& zero_point) {
+                             const c10::optional<at::Tensor>& zero_point, bool next_kernel_full_smem) {
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(rows.device().index()).stream();
   const bool zp_int32 = zero_point.has_value() && zero_point->scalar_type() == at::kInt;
   call_kernel_library(op, [&] {
-    quantize_static_cuda(params_of(rows, q), scale.data_ptr<float>(),
+    quantize_static_cuda(params_of(rows, q, next_kernel_full_smem), scale.data_ptr<float>(),
                          zero_point.has_value() ? zero_point->data_ptr() : nullptr, zp_int32, stream);
   });
 }

@@ -166,26 +166,42 @@ std::vector<int64_t> sm90_archs() { return {W8A8_SM90_ARCHS}; }
 
 }  // namespace
 
-at::Tensor scaled_mm_sm90_checked(const char* op, ScaledMmSm90Params params, const at::Tensor& a, const at::Tensor& b,
-                                  const at::Tensor& a_scale, const at::Tensor& b_scale,
-                                  const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
-                                  const DeviceInfo& info) {
+Sm90Call plan_scaled_mm_sm90_checked(const char* op, ScaledMmSm90Params params, const at::Tensor& a,
+                                      const at::Tensor& b, const at::Tensor& a_scale, const at::Tensor& b_scale,
+                                      const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                                      const DeviceInfo& info) {
   at::Tensor out = bind_problem(params, a, b, a_scale, b_scale, bias, out_dtype);
   params.device_id = a.device().index();
   params.sm_count = info.sm_count;
-  const std::string context = shape_context(params);
-  const ScaledMmSm90Plan plan = call_kernel_library(op, [&] { return scaled_mm_sm90_plan(params); }, context);
+  const ScaledMmSm90Plan plan =
+      call_kernel_library(op, [&] { return scaled_mm_sm90_plan(params); }, shape_context(params));
+  return {params, plan, std::move(out)};
+}
+
+at::Tensor run_scaled_mm_sm90_checked(const char* op, const Sm90Call& call) {
+  const std::string context = shape_context(call.params);
   const size_t workspace_bytes =
-      call_kernel_library(op, [&] { return scaled_mm_sm90_workspace_size(params, plan); }, context);
+      call_kernel_library(op, [&] { return scaled_mm_sm90_workspace_size(call.params, call.plan); }, context);
   // From the caching allocator on the current stream, so its memory is not
   // reused before this stream's GEMM has finished with it.
   at::Tensor workspace;
-  if (workspace_bytes > 0) workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, a.options().dtype(at::kByte));
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(a.device().index()).stream();
+  if (workspace_bytes > 0) {
+    workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, call.out.options().dtype(at::kByte));
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(call.out.device().index()).stream();
   call_kernel_library(
-      op, [&] { scaled_mm_sm90(params, plan, workspace_bytes > 0 ? workspace.data_ptr() : nullptr, stream); },
+      op,
+      [&] { scaled_mm_sm90(call.params, call.plan, workspace_bytes > 0 ? workspace.data_ptr() : nullptr, stream); },
       context);
-  return out;
+  return call.out;
+}
+
+at::Tensor scaled_mm_sm90_checked(const char* op, const ScaledMmSm90Params& params, const at::Tensor& a,
+                                  const at::Tensor& b, const at::Tensor& a_scale, const at::Tensor& b_scale,
+                                  const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                                  const DeviceInfo& info) {
+  return run_scaled_mm_sm90_checked(
+      op, plan_scaled_mm_sm90_checked(op, params, a, b, a_scale, b_scale, bias, out_dtype, info));
 }
 
 }  // namespace w8a8

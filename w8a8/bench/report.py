@@ -84,6 +84,9 @@ SOURCES = {
                                     "128x128x128_2x1_pingpong_swz8,swap_128x192x128_1x1_coop,swap_128x96x128_1x2_coop "
                                     "--tag rung384_h100"),
     "linear_rung384_h100.json": ("`W8A8Linear` end to end at the same M", "(same run as the row above)"),
+    "stream_h100.json": ("the read ceiling: kernels that only read a layer's int8 weights (three launch modes), bf16 "
+                         "and the sm90 GEMM at M = 16, 64, 128 in the same run",
+                         "python benchmarks/bench_stream.py --out benchmarks/results/stream_h100.json"),
     "scaled_mm_skinny16_h100.json": ("M = 5..16: the skinny GEMM's K splits, the swap-AB 64x32 tile and the GEMV beside "
                                      "the ladder", f"{_MM} --backends sm90 --m 5,8,12,16 --configs swap_64x32x256_1x1_ws,"
                                      "skinny_mma_ksplit8,skinny_mma_ksplit4,gemv_dp4a_ksplit1 --tag skinny16_h100"),
@@ -262,6 +265,24 @@ def rows_table() -> list[str]:
                  ["", "kernel, quantizer layout"] + [f"{u:.1f}" for u in padded],
                  ["", "`W8A8Linear`"] + [f"{us[('W8A8Linear sm90', n, k, m)]:.1f}" for m in ms]]
     return _table(["N x K", "codes"] + [f"M={m}" for m in ms], body)
+
+
+def stream_table() -> list[str]:
+    """Per shape: the fastest read of the int8 weights in each launch mode (% of the HBM read
+    rate), then at M = 16 / 64 / 128 the sm90 kernel's x bf16 beside the fastest read's."""
+    from w8a8.bench.stream import LAUNCH_MODES, M_POINTS
+
+    rows = load("stream_h100.json")["rows"]
+    body = []
+    for n, k in _shapes([r for r in rows if r["M"]]):
+        reads = [r for r in rows if (r["N"], r["K"]) == (n, k) and r["impl"].startswith("read ")]
+        cells = [f"{min((r for r in reads if r['impl'].endswith(mode)), key=lambda r: r['us'])['pct_hbm']:.0f}"
+                 for mode in LAUNCH_MODES.values()]
+        at = {(r["impl"], r["M"]): r for r in rows if (r["N"], r["K"]) == (n, k) and r["M"]}
+        cells += [f"{at[('w8a8 sm90', m)]['x_bf16']:.2f} / {at[('ceiling', m)]['x_bf16']:.2f}" for m in M_POINTS]
+        body.append([f"{n} x {k}", f"{n * k / 1e6:.0f}"] + cells)
+    return _table(["N x K", "MB int8"] + [f"read, {mode} (%)" for mode in LAUNCH_MODES.values()] +
+                  [f"M={m}: sm90 / read" for m in M_POINTS], body)
 
 
 def quant_table() -> list[str]:
@@ -469,6 +490,15 @@ def render_markdown(plots: bool = True) -> str:
         "`scaled_mm_rows_h100.json`, `linear_rows_h100.json`):",
         "",
         *rows_table(),
+        "",
+        "The read ceiling (`stream_h100.json`, `python benchmarks/bench_stream.py`): the fastest of seven shapes of a "
+        "kernel that only reads the layer's int8 weights (16-byte loads, timed like the GEMMs), launched in stream "
+        "order, as a programmatic dependent whose reads wait for the kernel before it, and as one whose reads wait "
+        "for nothing (as weights may, where nothing before writes them); % of the run's HBM read rate (torch's "
+        "2 GiB reduction, which the read kernel passes on the large shapes). Then x bf16 of the sm90 kernel and of "
+        "the fastest read (the most any kernel that reads the weights can show):",
+        "",
+        *stream_table(),
         *_h("Decode sizes (sm90; x bf16; the dp4a GEMV at M <= 4, the skinny GEMM at M = 5..16 except on shapes >= 8192 "
             "wide in N and K, which run the 64x32 tile)"),
         *decode_table(),
