@@ -305,14 +305,15 @@ __global__ void __launch_bounds__(kBlockThreads)
 // up to 10% on 4096 x 4096 and 6144 x 4096 at M = 32..192, 5% more on two points
 // (4096 x 4096 at M = 96, 6144 x 4096 at M = 192). Grids fit: rows < 2^31 (check_params).
 
-// `kernel`, set once per kernel to run at the largest shared-memory split when kFullSmem.
-template <bool kFullSmem, class... Params>
-auto with_carveout(const char* who, void (*kernel)(Params...)) {
+// kKernel, set (once per kernel: one instantiation, one static per kernel) to run at the
+// largest shared-memory split when kFullSmem.
+template <bool kFullSmem, auto kKernel>
+auto with_carveout(const char* who) {
   if constexpr (kFullSmem) {
-    static const bool set = (prefer_max_shared_memory(who, kernel), true);
+    static const bool set = (prefer_max_shared_memory(who, kKernel), true);
     (void)set;
   }
-  return kernel;
+  return kKernel;
 }
 
 // Per-call launch choice: vector width, then the row mapping by the row's vector count.
@@ -340,8 +341,8 @@ struct Launch {
     constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
     const int64_t blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
     launch_programmatic(kPerTokenOp,
-                        with_carveout<kFullSmem>(kPerTokenOp,
-                                                 quantize_per_token_kernel<T, kVec, kThreadsPerRow, kRowVecs, kFullSmem>),
+                        with_carveout<kFullSmem, quantize_per_token_kernel<T, kVec, kThreadsPerRow, kRowVecs, kFullSmem>>(
+                            kPerTokenOp),
                         dim3(static_cast<unsigned>(blocks)), dim3(kThreads), stream, static_cast<const T*>(p.x), p.ldx,
                         p.q, scale, p.rows, p.k);
   }
@@ -350,8 +351,9 @@ struct Launch {
   template <int kVec>
   static void launch_two_pass(const QuantizeParams& p, float* scale, cudaStream_t stream) {
     launch_programmatic(kPerTokenOp,
-                        with_carveout<kFullSmem>(kPerTokenOp, quantize_per_token_kernel<T, kVec, 256, 0, kFullSmem>),
-                        dim3(static_cast<unsigned>(p.rows)), dim3(256), stream, static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
+                        with_carveout<kFullSmem, quantize_per_token_kernel<T, kVec, 256, 0, kFullSmem>>(kPerTokenOp),
+                        dim3(static_cast<unsigned>(p.rows)), dim3(256), stream, static_cast<const T*>(p.x), p.ldx, p.q,
+                        scale, p.rows, p.k);
   }
 
   // Up to this many rows (W8A8Linear's single op serves up to 256 tokens) the kernel is
@@ -393,12 +395,12 @@ struct Launch {
     const T* x = static_cast<const T*>(p.x);
     if (p.k / kVec <= 32 * kWarpRowVecs) {
       const int64_t blocks = (p.rows + kBlockThreads / 32 - 1) / (kBlockThreads / 32);
-      launch_programmatic(kStaticOp, with_carveout<kFullSmem>(kStaticOp, quantize_static_kernel<T, kVec, 32, kFullSmem>),
+      launch_programmatic(kStaticOp, with_carveout<kFullSmem, quantize_static_kernel<T, kVec, 32, kFullSmem>>(kStaticOp),
                           dim3(static_cast<unsigned>(blocks)),
                           dim3(kBlockThreads), stream, x, p.ldx, p.q, p.rows, p.k, scale, zp, zp_int32);
     } else {
       launch_programmatic(kStaticOp,
-                          with_carveout<kFullSmem>(kStaticOp, quantize_static_kernel<T, kVec, kBlockThreads, kFullSmem>),
+                          with_carveout<kFullSmem, quantize_static_kernel<T, kVec, kBlockThreads, kFullSmem>>(kStaticOp),
                           dim3(static_cast<unsigned>(p.rows)), dim3(kBlockThreads), stream, x, p.ldx, p.q, p.rows, p.k,
                           scale, zp, zp_int32);
     }
