@@ -58,7 +58,7 @@ BACKENDS = {
 # dependent, which loads its first weight tiles while the quantizer runs (its cooperative
 # tiles multicast each weight tile to the token tiles that share it, so that the early
 # start does not cost: docs/KERNELS.md). H100, CUDA-graph replays, against quantize +
-# scaled_mm in the same run (linear_single_op_h100.json): 0.3-12% less time at every
+# scaled_mm in the same run (linear_single_op_h100.json): 0.4-16% less time at every
 # M = 96..256 on the 8 Llama-3 shapes. Few tokens: host time as well (26 us per call
 # against 168 us for the composed Python path at M = 1, decode_h100.json).
 LINEAR_SM90_MAX_TOKENS = 256

@@ -406,14 +406,15 @@ def render_markdown(plots: bool = True) -> str:
         "the weight sets, which rotate so that one pass reads more than 3x the 50 MB L2: weights come from HBM, as in "
         "a model. Random data (never zeros), one warm-up outside timing. The implementations of one point are captured "
         "together and their replays interleaved, each behind a GPU sleep that covers the host's launch (the grid, "
-        "serving, continuity, rows, single-op, cluster, rung384 and skinny16 files; the others, older, timed them one after the "
-        "other, where the first timed after the operands were made ran up to 18% slow on the largest shapes).",
-        "- Calls per replay: the grid, serving, continuity and skinny16 files repeat the pass until a graph holds 20 calls or "
+        "serving, continuity, rows, single-op, cluster, cluster256, rung384, skinny16, stream-K and read-ceiling files; the "
+        "others, older, timed them one after the other, where the first timed after the operands were made ran up to 18% slow on the largest shapes).",
+        "- Calls per replay: the grid, serving, continuity, rows, single-op, skinny16, cluster256, stream-K and read-ceiling "
+        "files repeat the pass until a graph holds 20 calls or "
         "lasts 250 us (a replay costs about 2.5 us beyond its kernels, which one pass of 2-6 calls had charged to each "
         "call: 0.4-1.3 us, 1-3.5% of the ratio to bf16 at M = 16..128); the other files hold one pass.",
         "- Launches: every kernel of the sm90 path starts while the one before it finishes (programmatic dependent "
         "launch, [KERNELS.md](KERNELS.md)), so back-to-back calls overlap launch and start-up. The grid, serving, "
-        "continuity, quantizer, decode and model files were measured so; the others before it, when only the decode "
+        "continuity, rows, single-op, cluster256, stream-K, read-ceiling, quantizer, decode and model files were measured so; the others before it, when only the decode "
         "kernels and `W8A8Linear`'s GEMM launched that way (3.2% more time for `scaled_mm` over the serving grid).",
         "- `x bf16` is bf16 `F.linear`'s time over ours, same shape, same run (above 1: faster). Kernel rows take int8 "
         "activations and write bf16 (per-token x per-channel scales, no bias); `W8A8Linear` rows take bf16 and include "
