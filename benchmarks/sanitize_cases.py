@@ -252,10 +252,10 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
         # The GEMV's own picks (config "", M <= 4): each token tile, a K that ends mid-step.
         for m in (1, 2, 3, 4):
             out.append(_mm_case(f"sm90_gemv_m{m}", m, 264, 1040 + 16 * m, small=m == 3))
-        # The skinny GEMM's picks (M = 5..16): one and two token halves, N ending inside a 16-row
-        # group, K ending mid-step.
+        # The skinny GEMM's picks (M = 5..16, more 64-row weight tiles than the H100's 132 SMs): one
+        # and two token halves, N ending inside a 16-row group, K ending mid-step.
         for m in (5, 9, 16):
-            out.append(_mm_case(f"sm90_skinny_m{m}", m, 264, 1040 + 16 * m, small=m == 9))
+            out.append(_mm_case(f"sm90_skinny_m{m}", m, 8456, 1040 + 16 * m, small=m == 9))
         # Odd M, N, K within the 16-byte rules (N % 8, K % 16).
         for m, n, k in ((1, 8, 16), (3, 24, 48), (7, 40, 80), (63, 8, 16), (129, 24, 1008), (257, 136, 48)):
             out.append(_mm_case(f"sm90_odd_m{m}_n{n}_k{k}", m, n, k))

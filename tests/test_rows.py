@@ -13,7 +13,7 @@ from w8a8 import dispatch, rows
 from helpers import assert_exact, rand_int8, rand_scale, ref_scaled_mm, requires_sm90
 
 
-@pytest.mark.parametrize("m, padded", [(1, 1), (16, 16), (64, 64), (65, 128), (100, 128), (128, 128),
+@pytest.mark.parametrize("m, padded", [(1, 1), (16, 16), (64, 64), (65, 96), (96, 96), (97, 128), (100, 128), (128, 128),
                                        (129, 192), (192, 192), (193, 256), (200, 256), (256, 256), (257, 384),
                                        (384, 384), (385, 512), (512, 512), (513, 513), (4096, 4096)])
 def test_padded_rows(m, padded):
@@ -46,13 +46,13 @@ def test_widened_views_the_same_storage_where_it_has_room():
 
 
 def test_padded_operands_need_room_in_both_and_keep_a_single_scale():
-    a = rows.empty((70, 32), torch.int8, "cpu", pad=True)
-    s = rows.empty((70, 1), torch.float32, "cpu", pad=True)
+    a = rows.empty((100, 32), torch.int8, "cpu", pad=True)
+    s = rows.empty((100, 1), torch.float32, "cpu", pad=True)
     wide_a, wide_s = rows.padded_operands(a, s)
     assert wide_a.shape == (128, 32) and wide_s.shape == (128, 1)
-    assert rows.padded_operands(a, torch.empty(70, 1)) is None
+    assert rows.padded_operands(a, torch.empty(100, 1)) is None
     assert rows.padded_operands(a, torch.ones(1))[1].numel() == 1
-    flat = rows.empty((70,), torch.float32, "cpu", pad=False)
+    flat = rows.empty((100,), torch.float32, "cpu", pad=False)
     assert rows.padded_operands(a, flat) is None
     assert rows.padded_operands(torch.empty(64, 32, dtype=torch.int8), torch.empty(64, 1)) is None  # M = 64
 

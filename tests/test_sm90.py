@@ -115,20 +115,22 @@ def test_the_heuristic_runs_the_gemv_for_a_few_tokens(m):
         assert name.startswith("gemv") and name.endswith(f"ksplit{splits}"), (name, n, k)
         assert (decomposition, splits) == (("split_k", splits) if splits > 1 else ("data_parallel", 1))
     _check(*mm_operands(m, 4096, 14336, "cuda"))
-    assert plan(5, 4096, 4096)[0].startswith("skinny"), "past the GEMV's tokens the skinny GEMM takes over"
+    assert plan(5, 28672, 4096)[0].startswith("skinny"), "past the GEMV's tokens the skinny GEMM takes over"
 
 
 @pytest.mark.parametrize("m", [5, 9, 16])
 def test_the_heuristic_runs_the_skinny_gemm_past_the_gemv(m):
+    # The skinny GEMM (K split 8) where the 64x32 tile would need more than one wave of 64-row
+    # weight tiles and K is short; the tile everywhere else.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for n, k in ((4096, 4096), (4096, 14336), (28672, 4096), (8192, 4096), (8, 16)):
-        # Split 8 (one 16-row group per CTA) unless that grid ends in a partial second wave.
-        ctas = -(-n // 16)
-        expected = 4 if 2 * sms < ctas <= 4 * sms else 8
-        assert tuple(plan(m, n, k)) == (f"skinny_mma_ksplit{expected}", "split_k", expected), (n, k)
-    _check(*mm_operands(m, 4096, 14336, "cuda"))
-    assert plan(m, 8192, 8192)[0] == "swap_64x32x256_1x1_ws"  # N and K >= 8192: the ladder's 64x32 tile
-    assert not plan(17, 4096, 4096)[0].startswith(("gemv", "skinny"))
+    for n, k in ((28672, 4096), (64 * sms + 8, 4096), (12288, 8176)):
+        assert tuple(plan(m, n, k)) == ("skinny_mma_ksplit8", "split_k", 8), (n, k)
+    for n, k in ((4096, 4096), (4096, 14336), (64 * sms, 4096), (28672, 8192), (8, 16)):
+        assert plan(m, n, k)[0] == "swap_64x32x256_1x1_ws", (n, k)
+    _check(*mm_operands(m, 28672, 4096, "cuda"))
+    _check(*mm_operands(m, 4096, 4096, "cuda"))
+    _check(*mm_operands(m, 8, 16, "cuda"))
+    assert not plan(17, 28672, 4096)[0].startswith(("gemv", "skinny"))
 
 
 def test_split_requests_at_a_few_tokens_keep_the_cutlass_tiles():
@@ -166,27 +168,23 @@ def test_split_k_does_not_change_bits_and_runs_are_deterministic():
 
 
 def test_heuristic_plans():
-    # Decode (M <= 16) runs the decode kernels, whose K split is inside the CTA; through a
-    # long K on few rows it is split 8 ways.
-    assert tuple(plan(16, 4096, 14336)) == ("skinny_mma_ksplit8", "split_k", 8)
-    # Split 4 where split 8's 16-row groups need 1.5-2 waves of 2 CTAs per SM (N = 8192 on 132 SMs).
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for n in (6144, 8192, 12288):
-        groups = -(-n // 16)
-        split = 4 if 3 * sms < groups <= 4 * sms else 8
-        assert tuple(plan(8, n, 4096)) == (f"skinny_mma_ksplit{split}", "split_k", split), n
+    # Decode (M = 5..16) on many short weight rows runs the skinny GEMM, whose K split (8) is
+    # inside the CTA.
+    assert tuple(plan(16, 28672, 4096)) == ("skinny_mma_ksplit8", "split_k", 8)
     # Past them the CUTLASS tiles run unsplit: scheduler "auto" never splits K by itself.
     for m, n, k in ((17, 4096, 14336), (64, 8192, 28672), (2048, 4096, 14336)):
         assert plan(m, n, k)[1] == "data_parallel", (m, n, k)
         assert plan(m, n, k)[0] in NAMES
-    # ... except on shapes at least 8192 wide in N and K, where the 64x32 tile runs.
-    assert plan(16, 4096, 4096)[0].startswith("skinny_mma")
+    # The 64x32 tile serves M = 5..16 where its grid is one wave, or K is long.
+    assert plan(16, 4096, 4096)[0] == plan(5, 6144, 4096)[0] == "swap_64x32x256_1x1_ws"
     assert plan(5, 8192, 28672)[0] == plan(16, 57344, 8192)[0] == "swap_64x32x256_1x1_ws"
     # The ladder past the decode kernels (scaled_mm_sm90_configs.cuh, select_config).
     for m, n, name in ((17, 4096, "swap_64x32x256_1x1_ws"), (32, 57344, "swap_64x32x256_1x1_ws"),
                        (33, 4096, "swap_64x64x256_1x1_ws"), (64, 28672, "swap_64x64x256_1x1_ws"),
-                       (65, 4096, "64x64x256_1x1_ws"), (128, 4096, "64x64x256_1x1_ws"),
-                       (65, 6144, "64x128x128_2x1_pingpong_swz8"), (193, 4096, "swap_128x64x128_1x2_coop"),
+                       (65, 4096, "swap_64x96x256_1x1_ws"), (96, 10240, "swap_64x96x256_1x1_ws"),
+                       (96, 28672, "64x128x128_2x1_pingpong_swz8"),
+                       (97, 4096, "64x64x256_1x1_ws"), (128, 4096, "64x64x256_1x1_ws"),
+                       (97, 6144, "64x128x128_2x1_pingpong_swz8"), (193, 4096, "swap_128x64x128_1x2_coop"),
                        (256, 28672, "128x128x128_2x1_pingpong_swz8"), (300, 4096, "swap_128x96x128_1x2_coop"),
                        (384, 57344, "swap_128x192x128_1x1_coop"), (385, 4096, "128x128x128_2x1_pingpong_swz8")):
         assert plan(m, n, 4096)[0] == name, (m, n)

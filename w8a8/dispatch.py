@@ -11,7 +11,8 @@ kernel (``backend``)   what runs
 =====================  ==========================================================
 ``"sm90"``             ``w8a8::scaled_mm_sm90`` (``w8a8._C``): the Hopper table:
                        CUTLASS TMA + wgmma tiles, the dp4a GEMV (M <= 4), the
-                       mma.sync skinny GEMM (M = 5..16); and ``w8a8::linear_sm90``,
+                       mma.sync skinny GEMM (M = 5..16 on many short weight
+                       rows); and ``w8a8::linear_sm90``,
                        quantizer + GEMM as one C++ call for few-token calls.
 ``"sm80"``             ``w8a8::scaled_mm_sm80`` (``w8a8._C_sm80``): CUTLASS mma.sync
                        tiles for Ampere / Ada (also runs on an H100 when named).

@@ -24,17 +24,17 @@ import math
 
 import torch
 
-# Token counts padded, and to what: the ladder's tiles at 65..128 cover 64 or 128 tokens
-# per tile (cluster), those at 129..192 96 or 192, those at 193..256 128 or 256, those at
+# Token counts padded, and to what: the ladder's tile at 65..96 covers 96 tokens, those at
+# 97..128 64 or 128 per tile (cluster), those at 129..192 96 or 192, those at 193..256 128 or 256, those at
 # 257..384 96 or 192 (384 in all), those at 385..512 256 (the 128x128 tile's 2x1 cluster).
 # On those tiles M = 320 cost more than M = 512 (57344 x 8192: 427 against 335 us, H100,
 # scaled_mm_rung384_h100.json). Past 512 the GEMM is compute-bound and padding would cost
 # compute.
-_PADDED = ((64, 128), (128, 192), (192, 256), (256, 384), (384, 512))
+_PADDED = ((64, 96), (96, 128), (128, 192), (192, 256), (256, 384), (384, 512))
 
 
 def padded_rows(m: int) -> int:
-    """The rows the producers allocate for ``m`` tokens: 65..128 -> 128, 129..192 -> 192,
+    """The rows the producers allocate for ``m`` tokens: 65..96 -> 96, 97..128 -> 128, 129..192 -> 192,
     193..256 -> 256, 257..384 -> 384, 385..512 -> 512, otherwise ``m``."""
     for low, high in _PADDED:
         if low < m <= high:

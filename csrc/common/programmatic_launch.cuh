@@ -9,7 +9,8 @@
 //
 // Every kernel of the sm90 path launches this way and waits before its first
 // global access (the GEMM's weights-first prologue in w8a8::linear excepted:
-// scaled_mm_sm90_mainloop.cuh), so a kernel's launch and CTA start-up overlap
+// scaled_mm_sm90_mainloop.cuh; an L2 prefetch of a plain GEMM's first weights is
+// a hint, not an access), so a kernel's launch and CTA start-up overlap
 // the end of the kernel before it:
 //   * the CUDA quantizers (quantize/quantize.cu) wait, then allow their
 //     dependents at once;

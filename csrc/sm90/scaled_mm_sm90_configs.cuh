@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/layout.hpp>
 #include <cutlass/bfloat16.h>
@@ -48,6 +49,19 @@ using cute::_256;
 // also run them data-parallel or split K over idle SMs when asked.
 // ---------------------------------------------------------------------------
 
+// Optional field: kPrefetchKTiles, the weight tiles (K blocks) each CTA of a plain
+// scaled_mm prefetches into L2 before it waits for the kernel ahead
+// (scaled_mm_sm90_mainloop.cuh); 2 where a config does not set it.
+template <class Config, class = void>
+struct PrefetchKTiles : std::integral_constant<int, 2> {};
+template <class Config>
+struct PrefetchKTiles<Config, std::void_t<decltype(Config::kPrefetchKTiles)>>
+    : std::integral_constant<int, Config::kPrefetchKTiles> {};
+template <class Config>
+constexpr int prefetch_k_tiles() {
+  return PrefetchKTiles<Config>::value;
+}
+
 // Split / stream-K requests at M <= 64 (CUTLASS's stream-K scheduler needs
 // the cooperative kernel, so 128 weight rows per tile). 16 token columns: the
 // smallest tile that covers a 16-row batch (wgmma N = 16). Data-parallel it
@@ -75,7 +89,7 @@ struct Sm90SwapABCoopStreamK128x64x128_1x1 {
   static constexpr bool kSwapAB = true;
 };
 
-// The ladder's tile for M in (64, 128]: 64-row tiles, 2 M tiles = one 2x1
+// The ladder's tile for M in (96, 128] (and (64, 96] with N > 128 x SMs): 64-row tiles, 2 M tiles = one 2x1
 // cluster, so each weight tile is multicast to both (weights dominate the
 // traffic here). Pingpong overlaps one warpgroup's epilogue with the other's
 // mainloop. Fastest or within 1% on the 8 shapes of the sweep.
@@ -147,6 +161,8 @@ struct Sm90SwapABWarpSpecialized64x32x256_1x1 {
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
   using TileScheduler = cutlass::gemm::PersistentScheduler;
   static constexpr bool kSwapAB = true;
+  // 64 CTAs on N = 4096: 4 prefetched weight tiles took 3.5-3.9% less time than 2 there.
+  static constexpr int kPrefetchKTiles = 4;
 };
 
 // The ladder's tile for M in (32, 64]: swap-AB, 64 token columns. Best or
@@ -161,9 +177,11 @@ struct Sm90SwapABWarpSpecialized64x64x256_1x1 {
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
   using TileScheduler = cutlass::gemm::PersistentScheduler;
   static constexpr bool kSwapAB = true;
+  // 64 CTAs on N = 4096: 4 prefetched weight tiles took 3.5-3.9% less time than 2 there.
+  static constexpr int kPrefetchKTiles = 4;
 };
 
-// The ladder's tile for M in (64, 128] with N <= 4096: not swapped, 64 token
+// The ladder's tile for M in (96, 128] with N <= 4096: not swapped, 64 token
 // rows x 64 channels (2 x N / 64 CTAs: 128 for N = 4096, where 64x128 tiles
 // launch 64). 4096 x 4096 at 128: 1.52x bf16 against 1.32x for the 64x128
 // pingpong tile; 4096 x 14336: 1.96x against 1.79x. Larger N: the pingpong
@@ -190,7 +208,8 @@ struct Sm90WarpSpecialized64x64x256_1x1 {
 // N <= 4096: swap-AB, 64 weight rows x 96 token columns, non-persistent: two
 // token tiles x N / 64 CTAs (128 for N = 4096; 128-row tiles give 64 or 96).
 // 4096 x 4096: 12.1 against 12.9 us for the 128x64 tile. smem per stage
-// 16 KiB + 24 KiB.
+// 16 KiB + 24 KiB. Also the ladder's tile for M in (64, 96], one token tile
+// (Rung96Policy below).
 struct Sm90SwapABWarpSpecialized64x96x256_1x1 {
   using TileShape = Shape<_64, cute::Int<96>, _256>;
   using ClusterShape = Shape<_1, _1, _1>;
@@ -332,17 +351,16 @@ struct ScaledMmSm90Launcher {
 enum ConfigId : int {
   kSwap128x16StreamK,       // split / stream-K requests, M <= 64
   kSwap128x64StreamK,       // split / stream-K requests, M in (64, 256]
-  kPingpong64x128,          // ladder: M in (64, 128]
+  kPingpong64x128,          // ladder: M in (96, 128]
   kPingpong128x128,         // ladder: M in (384, 512]; (192, 256] with N > 4096
   kCoop128x256RasterN,      // ladder: M > 512 (swizzle 8, raster along N)
   kCoop128x128StreamK,      // split / stream-K requests, M > 256
   kGemvSplit1,              // "auto": M <= 4 (GemvPolicy)
-  kSkinnySplit4,            // "auto": M = 5..16 where K split 8 needs 1.5-2 waves (SkinnyPolicy)
-  kSkinnySplit8,            // "auto": M = 5..16 otherwise
-  kSwap64x32,               // ladder: M <= 32 (under "auto": 17..32; 5..16 with N, K >= 8192)
+  kSkinnySplit8,            // "auto": M = 5..16 with more 64-row weight tiles than SMs and K < 8192 (SkinnyPolicy)
+  kSwap64x32,               // ladder: M <= 32 (under "auto": 5..32 but where the skinny GEMM runs)
   kSwap64x64,               // ladder: M in (32, 64]
-  kWarpSpecialized64x64,    // ladder: M in (64, 128] with N <= 4096
-  kSwap64x96,               // ladder: M in (128, 192] with N <= 4096
+  kWarpSpecialized64x64,    // ladder: M in (96, 128] with N <= 4096
+  kSwap64x96,               // ladder: M in (64, 96] with N <= 128 x SMs; (128, 192] with N <= 4096
   kSwap128x96Cluster,       // ladder: M in (128, 192], N > 4096 (two token tiles in one wave, or many waves); (256, 384]
   kSwap128x192,             // ladder: M in (128, 192], N > 4096 (one token tile in one wave); (256, 384]
   kSwap128x64Cluster,       // ladder: M in (192, 256] with N <= 4096
@@ -354,8 +372,9 @@ enum ConfigId : int {
   kGemvSplit2,                // the GEMV with K split over 2 / 4 / 8 warps per row
   kGemvSplit4,
   kGemvSplit8,
-  kSkinnySplit1,              // the skinny GEMM with K split over 1 / 2 warps per row group
+  kSkinnySplit1,              // the skinny GEMM with K split over 1 / 2 / 4 warps per row group
   kSkinnySplit2,
+  kSkinnySplit4,
   kSwap64x16WS,               // swap-AB 64x16x256, non-persistent
   kSwap128x16DataParallel,    // the 128x16 cooperative tile data-parallel (the ladder's M <= 64 tile before 64x32 / 64x64)
   kSwap128x96NoCluster,       // Sm90SwapABCoop128x96x128_1x1 (the ladder's (128, 192] tile before the 1x2 cluster)
@@ -372,8 +391,10 @@ enum ConfigId : int {
 // the H100 (CUDA-graph replay, 8 shapes from 4096 x 4096 to 57344 x 8192 as
 // N x K; "best" = fastest or within 3%):
 //   M <= 32:  swap-AB 64x32x256, non-persistent (under "auto": 17..32, and
-//             5..16 where N and K are >= 8192, see SkinnyPolicy).
+//             5..16 but where the skinny GEMM runs, see SkinnyPolicy).
 //   M <= 64:  swap-AB 64x64x256, non-persistent: best on 8/8 at 48 and 64.
+//   M <= 96:  swap-AB 64x96x256, non-persistent: all 96 tokens in one tile,
+//             each weight byte read once, where N / 64 <= 2 x SMs (Rung96Policy).
 //   M <= 128: N <= 4096: 64x64x256 non-persistent (twice the CTAs of
 //             64x128 tiles: 13-15% faster on 4096 x 4096 and 4096 x 14336);
 //             larger N: 64x128 pingpong, 2x1 cluster: fastest or within 1%
@@ -388,6 +409,21 @@ enum ConfigId : int {
 //             (wave quantization: 4 x N/256 tiles leave SMs idle); 7-9%
 //             behind it on N = 57344 and K = 28672.
 //   M > 512:  128x256 cooperative, 2x1 cluster, swizzle 8, raster along N.
+// (64, 96] tokens: the quantizers pad them to 96 (w8a8/rows.py), and the swap-AB 64x96 tile
+// covers them in one token tile, N / 64 CTAs, where those fit two waves. H100 at M = 96
+// (scaled_mm_m128cfg_h100.json, 8 shapes), against the 128-row tiles on the 128 rows the
+// quantizers padded to before: 6144 x 4096 11.7 against 12.4 us, 8192 x 8192 25.8 against
+// 27.2, 10240 x 8192 35.9 against 37.6, 4096 x 4096 8.9 against 9.1, 4096 x 14336 25.6
+// against 25.0; on 96 exact-size rows the 128-row tiles took 10.4 and 31.2 us on 4096 x 4096
+// and 4096 x 14336 (a partly filled token tile). In several waves of its non-persistent CTAs
+// it loses: 28672 x 4096 (3.4 waves) 48.4 against 47.2, and W8A8Linear 4% slower there
+// (serving grid); 57344 x 8192 (6.8 waves) 1% slower. There the pingpong 64x128 tile runs
+// the 96 rows, as fast as 128 (47.1 against 47.2 us on 28672 x 4096).
+struct Rung96Policy {
+  static constexpr int64_t kMaxM = 96;
+  static constexpr bool serves(int64_t n, int sm_count) { return (n + 63) / 64 <= 2 * int64_t(sm_count); }
+};
+
 struct Rung192Policy {
   static constexpr int64_t kMaxM = 192;
   // N <= 4096: the 64-row tile (N / 64 x 2 CTAs). Wider: 128 weight rows per tile, two
@@ -430,6 +466,7 @@ inline int select_config(int64_t m, int64_t n, int sm_count) {
   while (m_pow2 < m) m_pow2 <<= 1;
   if (m_pow2 <= 32) return kSwap64x32;
   if (m_pow2 <= 64) return kSwap64x64;
+  if (m <= Rung96Policy::kMaxM && Rung96Policy::serves(n, sm_count)) return kSwap64x96;
   if (m_pow2 <= 128) return n <= 4096 ? kWarpSpecialized64x64 : kPingpong64x128;
   if (m <= Rung192Policy::kMaxM) return Rung192Policy::config(n, sm_count);
   if (m_pow2 <= 256) return n > 4096 ? kPingpong128x128 : kSwap128x64Cluster;
@@ -472,53 +509,54 @@ inline int split_capable_config(int64_t m) {
 //   * Splitting K over 2, 4 or 8 warps per row is never more than 3% ahead of
 //     one warp and up to 4x behind at M = 3 and 4 (fewer rows per CTA, the
 //     same activation reads): one warp per row; the split entries are sweep-only.
+//   * Against the swap-AB 64x32 tile with its early launch and L2 prefetch (the
+//     A/B of SkinnyPolicy below, M = 1, 2, 4): W8A8Linear at M = 1 is 1-13%
+//     slower on the tile on 6 of 8 shapes (28672 x 4096: 46.6 against 41.4 us),
+//     at M = 4 faster on 5 (6144 x 4096: 13.0 against 13.8; 8192 x 28672: 82.2
+//     against 86.7): mixed, so the GEMV keeps M <= 4.
 struct GemvPolicy {
   static constexpr int64_t kMaxM = 4;  // tokens served under scheduler "auto"
   static constexpr int kConfig = kGemvSplit1;
 };
 
 // The skinny GEMM (decode/scaled_mm_skinny.h; mma.sync, not CUTLASS): past
-// the GEMV's tokens the weights are still the whole cost, and the swap-AB tile
-// still launches N / 128 CTAs. A warp per 16 weight rows, K split over k_split
-// warps of a CTA so that the grid has enough warps to keep HBM busy.
+// the GEMV's tokens the weights are still the whole cost. A warp per 16 weight
+// rows, K split over 8 warps of a CTA so that the grid has enough warps to keep
+// HBM busy, 2 CTAs per SM.
 // Measured on the H100 (CUDA-graph replays, the 8 shapes of the GEMV sweep,
-// M in {4, 5, 8, 12, 16, 24, 32}):
-//   * M = 5..16: the best K split beats the swap-AB 128x16 tile by 1.30-1.52x
-//     on 4096 x 4096, 1.37-1.45x on 4096 x 14336, 1.20-1.22x on 8192 x 8192,
-//     1.17-1.20x on 8192 x 28672, 1.08-1.15x on 12288 x 4096 and 6144 x 4096,
-//     and ties it (0.99-1.06x) on 28672 x 4096 and 57344 x 8192. M = 24 and
-//     32: 0.82-1.03x (the token rows are re-read per 16-token tile and every
-//     warp holds two halves): so M <= 16.
-//   * K split 8 is best or within 3% on 6 of 8 shapes; split 4 is 2-10% ahead
-//     on N = 8192, where split 8 launches 512 CTAs: 1.9 waves of the 2 CTAs
-//     per SM the kernel's registers allow, the second wave nearly full of idle
-//     tail. Split 4 is 256 CTAs, one wave. Rule: split 8, unless its grid
-//     needs more than 1.5 and at most 2 waves, then split 4. At 1.45 waves
-//     (6144 x 4096) split 8 ran 1-4% ahead at M = 5..12 and within 1% at 16
-//     (20-call graphs, scaled_mm_skinny16_h100.json). Splits 1 and 2 never
-//     won: sweep-only.
+// M in {4, 5, 8, 12, 16, 24, 32}), before the CUTLASS tiles launched early and
+// prefetched their first weights:
+//   * M = 5..16: the best K split beat the swap-AB 128x16 tile by 1.08-1.52x on
+//     the narrower shapes and tied it on 28672 x 4096 and 57344 x 8192. M = 24
+//     and 32: 0.82-1.03x (the token rows are re-read per 16-token tile and every
+//     warp holds two halves): so M <= 16. Splits 1 and 2 never won, split 4 only
+//     where split 8 needs 1.5-2 waves (N = 6144..8192 with K = 4096), which the
+//     64x32 tile serves now: sweep-only.
 //   * M <= 4 stays with the GEMV: the skinny GEMM ties it on N = 4096 and is
 //     2-5% slower elsewhere.
-//   * Against the non-persistent swap-AB 64x32 tile (sweep at M = 5, 8, 12,
-//     16): the tile wins where N and K are both >= 8192 (8192 x 28672: 2.04x
-//     bf16 against 1.84-1.90x; 57344 x 8192, 8192 x 8192, 10240 x 8192: 1-6%,
-//     one loss of 3% at M = 5 on 10240 x 8192); the skinny GEMM keeps the
-//     narrower shapes (4096 x 4096, 6144 x 4096, 28672 x 4096: 2-10% ahead at
-//     M <= 8; 4096 x 14336: within 2% either way).
+//   * Against the non-persistent swap-AB 64x32 tile, which since launches early
+//     (its CTAs start while the kernel ahead drains) and prefetches its first
+//     weight tiles into L2 (scaled_mm_sm90_mainloop.cuh). Same build, one env
+//     switch (not kept), interleaved CUDA-graph replays, M = 5, 8, 12, 16: where
+//     the tile's grid is one wave (N / 64 <= SMs) it wins: W8A8Linear on
+//     6144 x 4096 12.9-13.0 us against 13.5-15.0, 4096 x 4096 9.9-10.1 against
+//     10.5-11.3, 4096 x 14336 24.7-25.3 against 28.0-28.8 (scaled_mm alone
+//     up to 12% / 15% / 8% less time; 2.6% more on 4096 x 4096 at M = 5). On
+//     28672 x 4096 (448 tiles, 3.4 waves of 256 KiB each) the skinny GEMM keeps
+//     it: W8A8Linear 44.2-46.4 us against 46.1-46.9 (equal at 16). Where N and K
+//     are both >= 8192 (several waves of long tiles) the tile wins too (8192 x
+//     28672: 2.04x bf16 against 1.84-1.90x; 57344 x 8192, 8192 x 8192,
+//     10240 x 8192: 1-6%).
 struct SkinnyPolicy {
   // Tokens served under scheduler "auto", after the GEMV's.
   static constexpr int64_t kMaxM = 16;
-  // Shapes at least this wide in both N and K run the ladder's 64x32 tile instead.
-  static constexpr int64_t kMinTileNK = 8192;
+  static constexpr int kConfig = kSkinnySplit8;
+  // Rows of K at least this long run the 64x32 tile whatever its grid.
+  static constexpr int64_t kMinTileK = 8192;
 
-  static constexpr bool serves(int64_t n, int64_t k) { return n < kMinTileNK || k < kMinTileNK; }
-  // CTAs of the skinny kernel resident per SM (__launch_bounds__(256, 2) in scaled_mm_skinny.cu).
-  static constexpr int64_t kCtasPerSm = 2;
-
-  static constexpr int config(int64_t n, int sm_count) {
-    const int64_t ctas_split8 = (n + 15) / 16;  // one 16-row group per CTA
-    const int64_t wave = kCtasPerSm * sm_count;
-    return 2 * ctas_split8 > 3 * wave && ctas_split8 <= 2 * wave ? kSkinnySplit4 : kSkinnySplit8;
+  // The skinny GEMM: more 64-row weight tiles than SMs, on short rows.
+  static constexpr bool serves(int64_t n, int64_t k, int sm_count) {
+    return (n + 63) / 64 > sm_count && k < kMinTileK;
   }
 };
 
@@ -528,7 +566,7 @@ struct SkinnyPolicy {
 // entry, data-parallel.
 inline int plan_auto(int64_t m, int64_t n, int64_t k, int sm_count) {
   if (m <= GemvPolicy::kMaxM) return GemvPolicy::kConfig;
-  if (m <= SkinnyPolicy::kMaxM && SkinnyPolicy::serves(n, k)) return SkinnyPolicy::config(n, sm_count);
+  if (m <= SkinnyPolicy::kMaxM && SkinnyPolicy::serves(n, k, sm_count)) return SkinnyPolicy::kConfig;
   return select_config(m, n, sm_count);
 }
 

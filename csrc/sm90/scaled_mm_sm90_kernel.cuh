@@ -97,7 +97,7 @@ struct ScaledMmSm90Gemm {
           cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
               sizeof(typename CollectiveEpilogue::SharedStorage))>,
           KernelSchedule>::CollectiveOp,
-      kSwapAB>;
+      kSwapAB, prefetch_k_tiles<Config>()>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
                                                       CollectiveMainloop, CollectiveEpilogue,

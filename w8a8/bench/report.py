@@ -87,9 +87,14 @@ SOURCES = {
     "stream_h100.json": ("the read ceiling: kernels that only read a layer's int8 weights (three launch modes), bf16 "
                          "and the sm90 GEMM at M = 16, 64, 128 in the same run",
                          "python benchmarks/bench_stream.py --out benchmarks/results/stream_h100.json"),
-    "scaled_mm_skinny16_h100.json": ("M = 5..16: the skinny GEMM's K splits, the swap-AB 64x32 tile and the GEMV beside "
+    "scaled_mm_skinny16_h100.json": ("M = 5..16: the skinny GEMM (K split 8), the swap-AB 64x32 tile and the GEMV beside "
                                      "the ladder", f"{_MM} --backends sm90 --m 5,8,12,16 --configs swap_64x32x256_1x1_ws,"
-                                     "skinny_mma_ksplit8,skinny_mma_ksplit4,gemv_dp4a_ksplit1 --tag skinny16_h100"),
+                                     "skinny_mma_ksplit8,gemv_dp4a_ksplit1 --tag skinny16_h100"),
+    "scaled_mm_m128cfg_h100.json": ("M = 96 and 128: the 64- and 128-row sm90 tiles beside the ladder (exact-size and the "
+                                    "quantizers' row-padded codes; the build before the M = 65..96 rung)",
+                                    f"{_MM} --backends sm90 --m 96,128 --configs swap_64x64x256_1x1_ws,swap_64x96x256_1x1_ws,"
+                                    "64x64x256_1x1_ws,64x128x128_2x1_pingpong_swz8,swap_128x64x128_1x2_coop,"
+                                    "swap_128x96x128_1x2_coop --tag m128cfg_h100"),
     "scaled_mm_cluster_h100.json": ("M = 129..256: the swap-AB 128x96 and 128x64 tiles with and without a 1x2 cluster "
                                     "beside the ladder (plain launches; exact-size and the quantizers' row-padded codes)",
                                     f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 129,160,192,193,224,256 "
@@ -486,7 +491,8 @@ def render_markdown(plots: bool = True) -> str:
         "",
         "The steps on exact-size codes at M = 65, 129 and 193 are the ladder's tiles running a partly filled token "
         "tile (the TMA loads of the rows past M cost more than real rows). The package's quantizers return codes "
-        "and scales in storage padded to the tile edge (M = 65..128 to 128 rows, 129..192 to 192, 193..256 to 256), "
+        "and scales in storage padded to the tile edge (M = 65..96 to 96 rows, 97..128 to 128, 129..192 to 192, 193..256 "
+        "to 256), "
         "and the sm90 GEMM runs on those rows (`w8a8/rows.py`). Around the edges, us (one run; "
         "`scaled_mm_rows_h100.json`, `linear_rows_h100.json`):",
         "",
@@ -500,8 +506,8 @@ def render_markdown(plots: bool = True) -> str:
         "the fastest read (the most any kernel that reads the weights can show):",
         "",
         *stream_table(),
-        *_h("Decode sizes (sm90; x bf16; the dp4a GEMV at M <= 4, the skinny GEMM at M = 5..16 except on shapes >= 8192 "
-            "wide in N and K, which run the 64x32 tile)"),
+        *_h("Decode sizes (sm90; x bf16; the dp4a GEMV at M <= 4; at M = 5..16 the skinny GEMM on 28672 x 4096 "
+            "(more 64-row weight tiles than SMs, K < 8192), the 64x32 tile elsewhere)"),
         *decode_table(),
         *_h("Activation quantization (per token, bf16 in; us, % of the measured HBM read rate)"),
         *quant_table(),
