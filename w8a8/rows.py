@@ -24,8 +24,8 @@ import math
 
 import torch
 
-# Token counts padded, and to what: the ladder's tile at 65..96 covers 96 tokens, those at
-# 97..128 64 or 128 per tile (cluster), those at 129..192 96 or 192, those at 193..256 128 or 256, those at
+# Token counts padded, and to what: the ladder's tile at 65..96 covers 96 tokens (64 per tile
+# where N is past two waves of 64-row tiles), those at 97..128 64 or 128 per tile (cluster), those at 129..192 96 or 192, those at 193..256 128 or 256, those at
 # 257..384 96 or 192 (384 in all), those at 385..512 256 (the 128x128 tile's 2x1 cluster).
 # On those tiles M = 320 cost more than M = 512 (57344 x 8192: 427 against 335 us, H100,
 # scaled_mm_rung384_h100.json). Past 512 the GEMM is compute-bound and padding would cost

@@ -57,10 +57,6 @@ struct PrefetchKTiles : std::integral_constant<int, 2> {};
 template <class Config>
 struct PrefetchKTiles<Config, std::void_t<decltype(Config::kPrefetchKTiles)>>
     : std::integral_constant<int, Config::kPrefetchKTiles> {};
-template <class Config>
-constexpr int prefetch_k_tiles() {
-  return PrefetchKTiles<Config>::value;
-}
 
 // Split / stream-K requests at M <= 64 (CUTLASS's stream-K scheduler needs
 // the cooperative kernel, so 128 weight rows per tile). 16 token columns: the

@@ -97,7 +97,7 @@ struct ScaledMmSm90Gemm {
           cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
               sizeof(typename CollectiveEpilogue::SharedStorage))>,
           KernelSchedule>::CollectiveOp,
-      kSwapAB, prefetch_k_tiles<Config>()>;
+      kSwapAB, PrefetchKTiles<Config>::value>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
                                                       CollectiveMainloop, CollectiveEpilogue,
