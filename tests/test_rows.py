@@ -13,7 +13,7 @@ from w8a8 import dispatch, rows
 from helpers import assert_exact, rand_int8, rand_scale, ref_scaled_mm, requires_sm90
 
 
-@pytest.mark.parametrize("m, padded", [(1, 1), (16, 16), (64, 64), (65, 96), (96, 96), (97, 128), (100, 128), (128, 128),
+@pytest.mark.parametrize("m, padded", [(1, 1), (16, 16), (32, 32), (33, 48), (47, 48), (48, 48), (49, 49), (64, 64), (65, 96), (96, 96), (97, 128), (100, 128), (128, 128),
                                        (129, 192), (192, 192), (193, 256), (200, 256), (256, 256), (257, 384),
                                        (384, 384), (385, 512), (512, 512), (513, 513), (4096, 4096)])
 def test_padded_rows(m, padded):

@@ -121,12 +121,15 @@ def test_the_heuristic_runs_the_gemv_for_a_few_tokens(m):
 @pytest.mark.parametrize("m", [5, 9, 16])
 def test_the_heuristic_runs_the_skinny_gemm_past_the_gemv(m):
     # The skinny GEMM (K split 8) where the 64x32 tile would need more than one wave of 64-row
-    # weight tiles and K is short; the tile everywhere else.
+    # weight tiles and K is short; the tile everywhere else, as two 16-token tiles of a
+    # cluster where those fit one wave.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for n, k in ((28672, 4096), (64 * sms + 8, 4096), (12288, 8176)):
         assert tuple(plan(m, n, k)) == ("skinny_mma_ksplit8", "split_k", 8), (n, k)
-    for n, k in ((4096, 4096), (4096, 14336), (64 * sms, 4096), (28672, 8192), (8, 16)):
+    for n, k in ((64 * sms, 4096), (28672, 8192), (32 * sms + 8, 4096)):
         assert plan(m, n, k)[0] == "swap_64x32x256_1x1_ws", (n, k)
+    for n, k in ((4096, 4096), (4096, 14336), (32 * sms, 4096), (8, 16)):
+        assert plan(m, n, k)[0] == "swap_64x16x256_1x2_ws", (n, k)
     _check(*mm_operands(m, 28672, 4096, "cuda"))
     _check(*mm_operands(m, 4096, 4096, "cuda"))
     _check(*mm_operands(m, 8, 16, "cuda"))
@@ -175,16 +178,20 @@ def test_heuristic_plans():
     for m, n, k in ((17, 4096, 14336), (64, 8192, 28672), (2048, 4096, 14336)):
         assert plan(m, n, k)[1] == "data_parallel", (m, n, k)
         assert plan(m, n, k)[0] in NAMES
-    # The 64x32 tile serves M = 5..16 where its grid is one wave, or K is long.
-    assert plan(16, 4096, 4096)[0] == plan(5, 6144, 4096)[0] == "swap_64x32x256_1x1_ws"
+    # The 64x32 tile serves M = 5..16 where its grid is one wave, or K is long; as two
+    # 16-token tiles where two fit one wave.
+    assert plan(16, 4096, 4096)[0] == "swap_64x16x256_1x2_ws"
+    assert plan(5, 6144, 4096)[0] == "swap_64x32x256_1x1_ws"
     assert plan(5, 8192, 28672)[0] == plan(16, 57344, 8192)[0] == "swap_64x32x256_1x1_ws"
     # The ladder past the decode kernels (scaled_mm_sm90_configs.cuh, select_config).
-    for m, n, name in ((17, 4096, "swap_64x32x256_1x1_ws"), (32, 57344, "swap_64x32x256_1x1_ws"),
-                       (33, 4096, "swap_64x64x256_1x1_ws"), (64, 28672, "swap_64x64x256_1x1_ws"),
-                       (65, 4096, "swap_64x96x256_1x1_ws"), (96, 10240, "swap_64x96x256_1x1_ws"),
-                       (96, 28672, "64x128x128_2x1_pingpong_swz8"),
-                       (97, 4096, "64x64x256_1x1_ws"), (128, 4096, "64x64x256_1x1_ws"),
-                       (97, 6144, "64x128x128_2x1_pingpong_swz8"), (193, 4096, "swap_128x64x128_1x2_coop"),
+    for m, n, name in ((17, 4096, "swap_64x16x256_1x2_ws"), (17, 6144, "swap_64x32x256_1x1_ws"),
+                       (32, 57344, "swap_64x32x256_1x1_ws"),
+                       (33, 4096, "swap_64x32x256_1x2_ws"), (64, 28672, "swap_64x64x256_1x1_ws"),
+                       (65, 4096, "swap_64x48x256_1x2_ws"), (65, 6144, "swap_64x96x256_1x1_ws"),
+                       (96, 10240, "swap_64x96x256_1x1_ws"), (96, 28672, "64x128x128_2x1_pingpong_swz8"),
+                       (97, 4096, "swap_64x64x256_1x2_ws"), (128, 4096, "swap_64x64x256_1x2_ws"),
+                       (97, 6144, "64x128x128_2x1_pingpong_swz8"), (193, 4096, "swap_64x128x256_1x2_ws"),
+                       (193, 6144, "128x128x128_2x1_pingpong_swz8"),
                        (256, 28672, "128x128x128_2x1_pingpong_swz8"), (300, 4096, "swap_128x96x128_1x2_coop"),
                        (384, 57344, "swap_128x192x128_1x1_coop"), (385, 4096, "128x128x128_2x1_pingpong_swz8")):
         assert plan(m, n, 4096)[0] == name, (m, n)
@@ -196,14 +203,30 @@ def test_heuristic_plans():
     assert tuple(plan(2048, 4096, 14336, "", 2))[1:] == ("split_k", 2)
 
 
+@pytest.mark.parametrize("m", [5, 16, 17, 33, 48, 64, 65, 96, 97, 128, 129, 192, 193, 256])
+def test_paired_token_tiles_where_two_fit_one_wave(m):
+    # N <= 32 x SMs (two CTAs per 64 weight rows in one wave): the rung's tokens as two token
+    # tiles of a 1x2 cluster (PairedTokenTilesPolicy); wider N keeps the one-token-tile rungs.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    tokens = 16 if m <= 32 else 32 if m <= 64 else 48 if m <= 96 else 64 if m <= 128 else 96 if m <= 192 else 128
+    for n in (8, 4096, 32 * sms):
+        assert tuple(plan(m, n, 4096)) == (f"swap_64x{tokens}x256_1x2_ws", "data_parallel", 1), (m, n)
+    assert "1x2_ws" not in plan(257, 4096, 4096)[0]
+    assert "1x2_ws" not in plan(m, 32 * sms + 8, 4096)[0]
+    for n, k in ((4096, 4096 + 16), (1000, 14336), (8, 16)):
+        _check(*mm_operands(m, n, k, "cuda"), out_dtype=torch.float16 if m % 2 else torch.bfloat16)
+
+
 @pytest.mark.parametrize("m", [129, 150, 191, 192])
 def test_the_192_token_rung(m):
-    # M = 129..192 runs tiles that cover 192 tokens (Rung192Policy): by N, a 64-row tile, two
-    # token tiles of 96 in one wave, one of 192 in one wave, else 96 again.
+    # M = 129..192 runs tiles that cover 192 tokens (Rung192Policy): by N, a 64-row tile (two
+    # token tiles of a cluster where those fit one wave), two token tiles of 96 in one wave, one
+    # of 192 in one wave, else 96 again.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for n in (4096, 6144, 64 * sms, 64 * sms + 128, 128 * sms, 128 * sms + 128, 28672):
         weight_tiles = -(-n // 128)
-        expected = ("swap_64x96x256_1x1_ws" if n <= 4096 else "swap_128x96x128_1x2_coop" if 2 * weight_tiles <= sms
+        expected = ("swap_64x96x256_1x2_ws" if 2 * -(-n // 64) <= sms else "swap_64x96x256_1x1_ws" if n <= 4096
+                    else "swap_128x96x128_1x2_coop" if 2 * weight_tiles <= sms
                     else "swap_128x192x128_1x1_coop" if weight_tiles <= sms else "swap_128x96x128_1x2_coop")
         assert tuple(plan(m, n, 4096)) == (expected, "data_parallel", 1), (m, n)
     for n, k in ((4096, 4096 + 16), (6144, 1040), (10240, 528), (28672, 272)):

@@ -274,6 +274,49 @@ struct Sm90SwapABCoop128x64x128_1x2 {
   static constexpr bool kSwapAB = true;
 };
 
+// Paired token tiles (PairedTokenTilesPolicy below): where two CTAs per 64 weight rows fit
+// one wave (N <= 32 x SMs: the 4096-wide Llama-3-8B projections), the rungs up to 256 tokens
+// split their tokens over two swap-AB tiles of a 1x2 cluster that multicasts the weight tile
+// to both: twice the CTAs (128 for N = 4096), each weight byte read once from L2, half the
+// wgmma work per CTA. H100, exact-size codes, against the 1x1 tiles of the ladder then
+// (scaled_mm_pairsweep_h100.json, scaled_mm_pair192_h100.json): 4096 x 14336 at M = 16 / 32 /
+// 48 / 64 / 96 / 128 / 192 21.9 / 21.9 / 22.2 / 22.2 / 24.2 / 24.1 / 26.6 us against 22.4 /
+// 22.8 / 23.1 / 23.3 / 25.8 / 25.3 / 29.6; 4096 x 4096 7.6 / 7.8 / 7.8 / 7.9 / 9.0 / 8.6 / 9.3
+// against 7.8 / 7.7 / 8.0 / 8.0 / 8.8 / 9.1 / 9.9. At 256 (scaled_mm_pairwide_h100.json) 10.6
+// against 11.2 and 31.8 against 30.9 for the swap-AB 128x64 1x2 tile, and W8A8Linear 13.9 /
+// 39.1 us against 15.8 / 40.7 in the serving grid before. Where two CTAs per weight tile pass
+// one wave they lose: 6144 x 4096 12.8 against 11.7 us at M = 64.
+template <int kTokens, int kTileK, int kPrefetch>
+struct Sm90SwapABWarpSpecialized64xTxK_1x2 {
+  using TileShape = Shape<_64, cute::Int<kTokens>, cute::Int<kTileK>>;
+  using ClusterShape = Shape<_1, _2, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+  static constexpr int kPrefetchKTiles = kPrefetch;
+};
+// M <= 32 (and M = 5..16 under "auto", where the skinny GEMM does not run): 16-token tiles.
+// Prefetch 4 weight tiles, as on the 64x32 1x1 tile.
+using Sm90SwapABWarpSpecialized64x16x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<16, 256, 4>;
+// M in (32, 64].
+using Sm90SwapABWarpSpecialized64x32x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<32, 256, 4>;
+// M in (64, 96].
+using Sm90SwapABWarpSpecialized64x48x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<48, 256, 2>;
+// M in (96, 128].
+using Sm90SwapABWarpSpecialized64x64x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<64, 256, 2>;
+// M in (128, 192].
+using Sm90SwapABWarpSpecialized64x96x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<96, 256, 2>;
+// M in (192, 256]: 48 KiB per 256-deep stage.
+using Sm90SwapABWarpSpecialized64x128x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<128, 256, 2>;
+#ifdef W8A8_SWEEP_CONFIGS
+// Sweep only: the pairs at 384 and 512 rows (128-deep stages; 256-deep ones would take 64 /
+// 80 KiB) tie the tiles of those rungs: 4096 x 4096 12.8 / 14.8 us against 12.8 / 15.0,
+// 4096 x 14336 35.9 / 42.7 against 35.4 / 42.2 (scaled_mm_pairwide_h100.json).
+using Sm90SwapABWarpSpecialized64x192x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<192, 128, 2>;
+using Sm90SwapABWarpSpecialized64x256x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<256, 128, 2>;
+#endif
+
 #ifdef W8A8_SWEEP_CONFIGS
 // Sweep only: the 128x96 tile without a cluster (the ladder's tile above before the
 // 1x2 cluster).
@@ -297,6 +340,39 @@ struct Sm90SwapABWarpSpecialized64x16x256_1x1 {
 };
 #endif
 
+
+#ifdef W8A8_SWEEP_CONFIGS
+// Sweep only, candidates for M in (64, 128] with N > 4096, where the 64x128 pingpong tile
+// re-reads each 64-token slab of activations per 128 weight rows: 256 weight rows per
+// tile (half the activation reads), or a 2x2 cluster (the activation tile multicast to
+// two weight tiles as well).
+struct Sm90Pingpong64x256x128_2x1 {
+  using TileShape = Shape<_64, _256, _128>;
+  using ClusterShape = Shape<_2, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = false;
+};
+struct Sm90Pingpong64x128x128_2x2 {
+  using TileShape = Shape<_64, _128, _128>;
+  using ClusterShape = Shape<_2, _2, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = false;
+};
+// Sweep only: swap-AB, all 128 tokens in one tile, 2x1 cluster (the token tile multicast
+// to two weight tiles).
+struct Sm90SwapABCoop128x128x128_2x1 {
+  using TileShape = Shape<_128, _128, _128>;
+  using ClusterShape = Shape<_2, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+};
+#endif
 
 // Split_k > 1 / scheduler "streamk" requests at M > 256 (the ladder's tiles
 // there run the persistent scheduler, which cannot split K). 128x128
@@ -353,13 +429,19 @@ enum ConfigId : int {
   kCoop128x128StreamK,      // split / stream-K requests, M > 256
   kGemvSplit1,              // "auto": M <= 4 (GemvPolicy)
   kSkinnySplit8,            // "auto": M = 5..16 with more 64-row weight tiles than SMs and K < 8192 (SkinnyPolicy)
-  kSwap64x32,               // ladder: M <= 32 (under "auto": 5..32 but where the skinny GEMM runs)
-  kSwap64x64,               // ladder: M in (32, 64]
-  kWarpSpecialized64x64,    // ladder: M in (96, 128] with N <= 4096
-  kSwap64x96,               // ladder: M in (64, 96] with N <= 128 x SMs; (128, 192] with N <= 4096
+  kSwap64x32,               // ladder: M <= 32 (under "auto": 5..32 but where the skinny GEMM runs), N > 32 x SMs
+  kSwap64x64,               // ladder: M in (32, 64], N > 32 x SMs
+  kWarpSpecialized64x64,    // ladder: M in (96, 128] with 32 x SMs < N <= 4096 (GPUs with fewer than 128 SMs)
+  kSwap64x96,               // ladder: M in (64, 96] with 32 x SMs < N <= 128 x SMs; (128, 192] with 32 x SMs < N <= 4096
   kSwap128x96Cluster,       // ladder: M in (128, 192], N > 4096 (two token tiles in one wave, or many waves); (256, 384]
   kSwap128x192,             // ladder: M in (128, 192], N > 4096 (one token tile in one wave); (256, 384]
-  kSwap128x64Cluster,       // ladder: M in (192, 256] with N <= 4096
+  kSwap128x64Cluster,       // ladder: M in (192, 256] with 32 x SMs < N <= 4096
+  kSwap64x16Cluster,        // ladder: M <= 32 with N <= 32 x SMs (PairedTokenTilesPolicy)
+  kSwap64x32Cluster,        // ladder: M in (32, 64] with N <= 32 x SMs
+  kSwap64x48Cluster,        // ladder: M in (64, 96] with N <= 32 x SMs
+  kSwap64x64Cluster,        // ladder: M in (96, 128] with N <= 32 x SMs
+  kSwap64x96Cluster,        // ladder: M in (128, 192] with N <= 32 x SMs
+  kSwap64x128Cluster,       // ladder: M in (192, 256] with N <= 32 x SMs
 #ifdef W8A8_SWEEP_CONFIGS
   kCoop256x128RasterM,        // Sm90Coop256x128x128_1x2, swizzle 8, raster along M
   kCoop128x256RasterM,        // Sm90Coop128x256x128_2x1, swizzle 8, raster along M
@@ -379,6 +461,11 @@ enum ConfigId : int {
   kCoop128x256StreamK,        // Sm90CoopStreamK128x256x128_2x1, CUTLASS's heuristic decomposition
   kCoop128x256ForcedStreamK,  // the same, stream-K even where the last wave is more than half full
   kCoop128x128ForcedStreamK,  // the 128x128 stream-K tile, stream-K (its shipped entry is data-parallel)
+  kPingpong64x256,            // candidates of the (64, 128] sweep
+  kPingpong64x128Cluster2x2,
+  kSwap128x128Cluster,
+  kSwap64x192Cluster,         // the pairs of PairedTokenTilesPolicy at 384 and 512 rows
+  kSwap64x256Cluster,
 #endif
   kNumConfigs
 };
@@ -386,6 +473,9 @@ enum ConfigId : int {
 // The ladder on next_pow2(M) (192 between 128 and 256, 384 between 256 and 512) and N, from the config sweeps on
 // the H100 (CUDA-graph replay, 8 shapes from 4096 x 4096 to 57344 x 8192 as
 // N x K; "best" = fastest or within 3%):
+//   N <= 32 x SMs and M <= 256 (two CTAs per 64 weight rows fit one wave): the rung's
+//             tokens as two swap-AB token tiles of a 1x2 cluster (PairedTokenTilesPolicy).
+//             The N <= 4096 rules below serve such N only on GPUs with fewer SMs.
 //   M <= 32:  swap-AB 64x32x256, non-persistent (under "auto": 17..32, and
 //             5..16 but where the skinny GEMM runs, see SkinnyPolicy).
 //   M <= 64:  swap-AB 64x64x256, non-persistent: best on 8/8 at 48 and 64.
@@ -457,7 +547,26 @@ struct Rung384Policy {
   }
 };
 
+// Where two CTAs per 64 weight rows fit one wave (N <= 32 x SMs), every rung up to 256
+// tokens runs as two token tiles of a 1x2 cluster (see "Paired token tiles" above): 16, 32,
+// 48, 64, 96 or 128 tokens per CTA.
+struct PairedTokenTilesPolicy {
+  static constexpr int64_t kMaxM = 256;
+  static constexpr bool serves(int64_t n, int sm_count) { return 2 * ((n + 63) / 64) <= int64_t(sm_count); }
+  static constexpr int config(int64_t m) {
+    return m <= 32 ? kSwap64x16Cluster
+           : m <= 64 ? kSwap64x32Cluster
+           : m <= 96 ? kSwap64x48Cluster
+           : m <= 128 ? kSwap64x64Cluster
+           : m <= 192 ? kSwap64x96Cluster
+                      : kSwap64x128Cluster;
+  }
+};
+
 inline int select_config(int64_t m, int64_t n, int sm_count) {
+  if (m <= PairedTokenTilesPolicy::kMaxM && PairedTokenTilesPolicy::serves(n, sm_count)) {
+    return PairedTokenTilesPolicy::config(m);
+  }
   int64_t m_pow2 = 1;
   while (m_pow2 < m) m_pow2 <<= 1;
   if (m_pow2 <= 32) return kSwap64x32;

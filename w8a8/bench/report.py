@@ -491,8 +491,8 @@ def render_markdown(plots: bool = True) -> str:
         "",
         "The steps on exact-size codes at M = 65, 129 and 193 are the ladder's tiles running a partly filled token "
         "tile (the TMA loads of the rows past M cost more than real rows). The package's quantizers return codes "
-        "and scales in storage padded to the tile edge (M = 65..96 to 96 rows, 97..128 to 128, 129..192 to 192, 193..256 "
-        "to 256), "
+        "and scales in storage padded to the tile edge (M = 33..47 to 48 rows, 65..96 to 96, 97..128 to 128, 129..192 to "
+        "192, 193..256 to 256), "
         "and the sm90 GEMM runs on those rows (`w8a8/rows.py`). Around the edges, us (one run; "
         "`scaled_mm_rows_h100.json`, `linear_rows_h100.json`):",
         "",
