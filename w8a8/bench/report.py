@@ -95,6 +95,31 @@ SOURCES = {
                                     f"{_MM} --backends sm90 --m 96,128 --configs swap_64x64x256_1x1_ws,swap_64x96x256_1x1_ws,"
                                     "64x64x256_1x1_ws,64x128x128_2x1_pingpong_swz8,swap_128x64x128_1x2_coop,"
                                     "swap_128x96x128_1x2_coop --tag m128cfg_h100"),
+    "scaled_mm_pairsweep_h100.json": ("M = 16..128 on the N = 4096 shapes and 6144 x 4096: the swap-AB 64-row tiles "
+                                      "with one token tile and as two token tiles of a 1x2 cluster, beside the ladder "
+                                      "of the build before the pairs",
+                                      f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 16,32,48,64,96,128 --shapes "
+                                      "4096x4096,4096x14336,6144x4096 --configs swap_64x32x256_1x1_ws,swap_64x64x256_1x1_ws,"
+                                      "swap_64x96x256_1x1_ws,64x64x256_1x1_ws,swap_64x16x256_1x2_ws,swap_64x32x256_1x2_ws,"
+                                      "swap_64x48x256_1x2_ws,swap_64x64x256_1x2_ws --tag pairsweep_h100"),
+    "scaled_mm_pair192_h100.json": ("M = 128..193 on the N = 4096 shapes: the swap-AB 64x96 tile with one and with two "
+                                    "token tiles (1x2 cluster) beside the ladder (the pairs up to 192 tokens)",
+                                    f"{_MM},linear --backends sm90 --m 128,129,160,192,193 --shapes 4096x4096,4096x14336 "
+                                    "--configs swap_64x96x256_1x1_ws,swap_64x96x256_1x2_ws --tag pair192_h100"),
+    "scaled_mm_pairwide_h100.json": ("M = 192..512 on the N = 4096 shapes: the pairs up to 512 tokens (the ladder of "
+                                     "that build; sweep-only entries swap_64x192x128_1x2_ws and swap_64x256x128_1x2_ws "
+                                     "now) beside the tiles of the 256, 384 and 512 rungs",
+                                     f"W8A8_SWEEP_CONFIGS=1 build; {_MM},linear --backends sm90 --m "
+                                     "192,193,224,256,257,320,384,385,448,512 --shapes 4096x4096,4096x14336 --configs "
+                                     "swap_128x64x128_1x2_coop,swap_128x96x128_1x2_coop,swap_128x192x128_1x1_coop,"
+                                     "128x128x128_2x1_pingpong_swz8 --tag pairwide_h100"),
+    "linear_pairwide_h100.json": ("`W8A8Linear` end to end at the same M", "(same run as the row above)"),
+    "scaled_mm_widetiles_h100.json": ("M = 96 and 128 on the six shapes with N > 4096: three tiles with fewer activation "
+                                      "reads per weight byte beside the 64x128 pingpong tile",
+                                      f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 96,128 --shapes "
+                                      "6144x4096,8192x8192,10240x8192,28672x4096,57344x8192,8192x28672 --configs "
+                                      "64x128x128_2x1_pingpong_swz8,64x256x128_2x1_pingpong,64x128x128_2x2_pingpong,"
+                                      "swap_128x128x128_2x1_coop --tag widetiles_h100"),
     "scaled_mm_cluster_h100.json": ("M = 129..256: the swap-AB 128x96 and 128x64 tiles with and without a 1x2 cluster "
                                     "beside the ladder (plain launches; exact-size and the quantizers' row-padded codes)",
                                     f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 129,160,192,193,224,256 "
