@@ -284,8 +284,11 @@ struct Sm90SwapABCoop128x64x128_1x2 {
 // 22.8 / 23.1 / 23.3 / 25.8 / 25.3 / 29.6; 4096 x 4096 7.6 / 7.8 / 7.8 / 7.9 / 9.0 / 8.6 / 9.3
 // against 7.8 / 7.7 / 8.0 / 8.0 / 8.8 / 9.1 / 9.9. At 256 (scaled_mm_pairwide_h100.json) 10.6
 // against 11.2 and 31.8 against 30.9 for the swap-AB 128x64 1x2 tile, and W8A8Linear 13.9 /
-// 39.1 us against 15.8 / 40.7 in the serving grid before. Where two CTAs per weight tile pass
-// one wave they lose: 6144 x 4096 12.8 against 11.7 us at M = 64.
+// 39.1 us against 15.8 / 40.7 in the serving grid before. One loss kept for a rule without
+// exceptions: W8A8Linear on 4096 x 4096 at M = 65..96, 11.9 us against 11.3 on the 64x96
+// one-token-tile rung (linear_rows_h100.json, across runs), where 4096 x 14336 gains 0-5%.
+// Where two CTAs per weight tile pass one wave they lose: 6144 x 4096 12.8 against 11.7 us
+// at M = 64.
 template <int kTokens, int kTileK, int kPrefetch>
 struct Sm90SwapABWarpSpecialized64xTxK_1x2 {
   using TileShape = Shape<_64, cute::Int<kTokens>, cute::Int<kTileK>>;
@@ -345,7 +348,10 @@ struct Sm90SwapABWarpSpecialized64x16x256_1x1 {
 // Sweep only, candidates for M in (64, 128] with N > 4096, where the 64x128 pingpong tile
 // re-reads each 64-token slab of activations per 128 weight rows: 256 weight rows per
 // tile (half the activation reads), or a 2x2 cluster (the activation tile multicast to
-// two weight tiles as well).
+// two weight tiles as well). None beat the pingpong tile but on one shape
+// (scaled_mm_widetiles_h100.json, M = 128): 10240 x 8192 35.7 / 35.9 us against 37.6,
+// while 8192 x 28672 took 97.3 / 109.1 against 83.6 and 57344 x 8192 177.7 / 172.4
+// against 171.9.
 struct Sm90Pingpong64x256x128_2x1 {
   using TileShape = Shape<_64, _256, _128>;
   using ClusterShape = Shape<_2, _1, _1>;
@@ -363,7 +369,8 @@ struct Sm90Pingpong64x128x128_2x2 {
   static constexpr bool kSwapAB = false;
 };
 // Sweep only: swap-AB, all 128 tokens in one tile, 2x1 cluster (the token tile multicast
-// to two weight tiles).
+// to two weight tiles): 4-15% behind the pingpong tile at M = 128 but on 10240 x 8192
+// (36.0 against 37.6 us; scaled_mm_widetiles_h100.json).
 struct Sm90SwapABCoop128x128x128_2x1 {
   using TileShape = Shape<_128, _128, _128>;
   using ClusterShape = Shape<_2, _1, _1>;
