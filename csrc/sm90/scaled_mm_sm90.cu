@@ -89,7 +89,7 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm90::Sm90SwapABWarpSpecialized64x48x256_1x2>(sm90::kSwap64x48Cluster, "swap_64x48x256_1x2_ws", kDefault),
     entry<sm90::Sm90SwapABWarpSpecialized64x64x256_1x2>(sm90::kSwap64x64Cluster, "swap_64x64x256_1x2_ws", kDefault),
     entry<sm90::Sm90SwapABWarpSpecialized64x96x256_1x2>(sm90::kSwap64x96Cluster, "swap_64x96x256_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x128x256_1x2>(sm90::kSwap64x128Cluster, "swap_64x128x256_1x2_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x128x128_1x2>(sm90::kSwap64x128Cluster, "swap_64x128x128_1x2_ws", kDefault),
 #ifdef W8A8_SWEEP_CONFIGS
     entry<sm90::Sm90Coop256x128x128_1x2>(sm90::kCoop256x128RasterM, "256x128x128_1x2_coop_swz8_rasterM",
                                          {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),
@@ -121,6 +121,7 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm90::Sm90Pingpong64x256x128_2x1>(sm90::kPingpong64x256, "64x256x128_2x1_pingpong", kDefault),
     entry<sm90::Sm90Pingpong64x128x128_2x2>(sm90::kPingpong64x128Cluster2x2, "64x128x128_2x2_pingpong", kDefault),
     entry<sm90::Sm90SwapABCoop128x128x128_2x1>(sm90::kSwap128x128Cluster, "swap_128x128x128_2x1_coop", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x128x256_1x2>(sm90::kSwap64x128K256Cluster, "swap_64x128x256_1x2_ws", kDefault),
     entry<sm90::Sm90SwapABWarpSpecialized64x192x128_1x2>(sm90::kSwap64x192Cluster, "swap_64x192x128_1x2_ws", kDefault),
     entry<sm90::Sm90SwapABWarpSpecialized64x256x128_1x2>(sm90::kSwap64x256Cluster, "swap_64x256x128_1x2_ws", kDefault),
 #endif

@@ -282,9 +282,8 @@ struct Sm90SwapABCoop128x64x128_1x2 {
 // (scaled_mm_pairsweep_h100.json, scaled_mm_pair192_h100.json): 4096 x 14336 at M = 16 / 32 /
 // 48 / 64 / 96 / 128 / 192 21.9 / 21.9 / 22.2 / 22.2 / 24.2 / 24.1 / 26.6 us against 22.4 /
 // 22.8 / 23.1 / 23.3 / 25.8 / 25.3 / 29.6; 4096 x 4096 7.6 / 7.8 / 7.8 / 7.9 / 9.0 / 8.6 / 9.3
-// against 7.8 / 7.7 / 8.0 / 8.0 / 8.8 / 9.1 / 9.9. At 256 (scaled_mm_pairwide_h100.json) 10.6
-// against 11.2 and 31.8 against 30.9 for the swap-AB 128x64 1x2 tile, and W8A8Linear 13.9 /
-// 39.1 us against 15.8 / 40.7 in the serving grid before. One loss kept for a rule without
+// against 7.8 / 7.7 / 8.0 / 8.0 / 8.8 / 9.1 / 9.9. At 256 (scaled_mm_k128_h100.json) 10.2
+// against 11.2 and 27.6 against 31.0 for the swap-AB 128x64 1x2 tile. One loss kept for a rule without
 // exceptions: W8A8Linear on 4096 x 4096 at M = 65..96, 11.9 us against 11.3 on the 64x96
 // one-token-tile rung (linear_rows_h100.json, across runs), where 4096 x 14336 gains 0-5%.
 // Where two CTAs per weight tile pass one wave they lose: 6144 x 4096 12.8 against 11.7 us
@@ -310,9 +309,13 @@ using Sm90SwapABWarpSpecialized64x48x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1
 using Sm90SwapABWarpSpecialized64x64x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<64, 256, 2>;
 // M in (128, 192].
 using Sm90SwapABWarpSpecialized64x96x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<96, 256, 2>;
-// M in (192, 256]: 48 KiB per 256-deep stage.
-using Sm90SwapABWarpSpecialized64x128x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<128, 256, 2>;
+// M in (192, 256]: 128-deep stages (24 KiB, 8 of them), against 256-deep ones (48 KiB, 4):
+// 4096 x 14336 at M = 256 27.6 against 31.6 us, 4096 x 4096 10.2 against 10.7
+// (scaled_mm_k128_h100.json).
+using Sm90SwapABWarpSpecialized64x128x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<128, 128, 2>;
 #ifdef W8A8_SWEEP_CONFIGS
+// Sweep only: the 128-token pair with 256-deep stages (above).
+using Sm90SwapABWarpSpecialized64x128x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<128, 256, 2>;
 // Sweep only: the pairs at 384 and 512 rows (128-deep stages; 256-deep ones would take 64 /
 // 80 KiB) tie the tiles of those rungs: 4096 x 4096 12.8 / 14.8 us against 12.8 / 15.0,
 // 4096 x 14336 35.9 / 42.7 against 35.4 / 42.2 (scaled_mm_pairwide_h100.json).
@@ -471,6 +474,7 @@ enum ConfigId : int {
   kPingpong64x256,            // candidates of the (64, 128] sweep
   kPingpong64x128Cluster2x2,
   kSwap128x128Cluster,
+  kSwap64x128K256Cluster,     // the 128-token pair with 256-deep stages
   kSwap64x192Cluster,         // the pairs of PairedTokenTilesPolicy at 384 and 512 rows
   kSwap64x256Cluster,
 #endif

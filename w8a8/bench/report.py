@@ -107,13 +107,19 @@ SOURCES = {
                                     f"{_MM},linear --backends sm90 --m 128,129,160,192,193 --shapes 4096x4096,4096x14336 "
                                     "--configs swap_64x96x256_1x1_ws,swap_64x96x256_1x2_ws --tag pair192_h100"),
     "scaled_mm_pairwide_h100.json": ("M = 192..512 on the N = 4096 shapes: the pairs up to 512 tokens (the ladder of "
-                                     "that build; sweep-only entries swap_64x192x128_1x2_ws and swap_64x256x128_1x2_ws "
-                                     "now) beside the tiles of the 256, 384 and 512 rungs",
+                                     "that build; sweep-only entries swap_64x128x256_1x2_ws, swap_64x192x128_1x2_ws and "
+                                     "swap_64x256x128_1x2_ws now) beside the tiles of the 256, 384 and 512 rungs",
                                      f"W8A8_SWEEP_CONFIGS=1 build; {_MM},linear --backends sm90 --m "
                                      "192,193,224,256,257,320,384,385,448,512 --shapes 4096x4096,4096x14336 --configs "
                                      "swap_128x64x128_1x2_coop,swap_128x96x128_1x2_coop,swap_128x192x128_1x1_coop,"
                                      "128x128x128_2x1_pingpong_swz8 --tag pairwide_h100"),
     "linear_pairwide_h100.json": ("`W8A8Linear` end to end at the same M", "(same run as the row above)"),
+    "scaled_mm_k128_h100.json": ("M = 192..256 on the N = 4096 shapes: the 128-token pair with 256- and 128-deep "
+                                 "stages beside the swap-AB 128x64 1x2 tile (the ladder of that build: the "
+                                 "128-deep pair)",
+                                 f"W8A8_SWEEP_CONFIGS=1 build; {_MM},linear --backends sm90 --m 192,193,224,256 --shapes "
+                                 "4096x4096,4096x14336 --configs swap_64x128x256_1x2_ws,swap_64x128x128_1x2_ws,"
+                                 "swap_128x64x128_1x2_coop --tag k128_h100"),
     "scaled_mm_widetiles_h100.json": ("M = 96 and 128 on the six shapes with N > 4096: three tiles with fewer activation "
                                       "reads per weight byte beside the 64x128 pingpong tile",
                                       f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 96,128 --shapes "
