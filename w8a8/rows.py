@@ -25,8 +25,8 @@ import math
 import torch
 
 # Token counts padded, and to what: 33..47 run the 64-token tiles faster on 48 rows than on
-# their own (6144 x 4096: 12.1-12.6 us at 33..39 against 11.5-11.8 on 48 rows; 28672 x 4096
-# 45.2-46.0 against 44.9-45.1; 4096 x 14336 22.6-23.5 against 22.1-22.2;
+# their own (6144 x 4096: 12.1-12.6 us at 33..39 against 11.6-11.8 on 48 rows; 28672 x 4096
+# 45.0-46.1 against 44.9-45.4; 4096 x 14336 22.6-23.8 against 22.1-22.3;
 # scaled_mm_continuity_h100.json); the ladder's tile at 65..96 covers 96 tokens
 # (64 per tile where N is past two waves of 64-row tiles), those at 97..128 64 or 128 per
 # tile (cluster), those at 129..192 96 or 192, those at 193..256 128 or 256, those at
