@@ -210,7 +210,7 @@ def test_paired_token_tiles_where_two_fit_one_wave(m):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     tokens = 16 if m <= 32 else 32 if m <= 64 else 48 if m <= 96 else 64 if m <= 128 else 96 if m <= 192 else 128
     for n in (8, 4096, 32 * sms):
-        depth = 128 if tokens == 128 else 256  # the 128-token pair runs 128-deep stages
+        depth = 128 if tokens in (96, 128) else 256  # the 96- and 128-token pairs run 128-deep stages
         assert tuple(plan(m, n, 4096)) == (f"swap_64x{tokens}x{depth}_1x2_ws", "data_parallel", 1), (m, n)
     assert "1x2_ws" not in plan(257, 4096, 4096)[0]
     assert "1x2_ws" not in plan(m, 32 * sms + 8, 4096)[0]
@@ -226,7 +226,7 @@ def test_the_192_token_rung(m):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for n in (4096, 6144, 64 * sms, 64 * sms + 128, 128 * sms, 128 * sms + 128, 28672):
         weight_tiles = -(-n // 128)
-        expected = ("swap_64x96x256_1x2_ws" if 2 * -(-n // 64) <= sms else "swap_64x96x256_1x1_ws" if n <= 4096
+        expected = ("swap_64x96x128_1x2_ws" if 2 * -(-n // 64) <= sms else "swap_64x96x256_1x1_ws" if n <= 4096
                     else "swap_128x96x128_1x2_coop" if 2 * weight_tiles <= sms
                     else "swap_128x192x128_1x1_coop" if weight_tiles <= sms else "swap_128x96x128_1x2_coop")
         assert tuple(plan(m, n, 4096)) == (expected, "data_parallel", 1), (m, n)
@@ -373,6 +373,31 @@ def test_scaled_mm_reads_codes_written_just_before_it(m):
         torch.cuda.synchronize()
         for i, (src_a, src_s) in enumerate(sources):
             assert_exact(out[i], ref_scaled_mm(src_a, b, src_s, sb, bias, torch.bfloat16))
+
+
+@pytest.mark.parametrize("config", ["swap_64x32x256_1x1_ws", "swap_64x96x128_1x2_ws", "swap_128x96x128_1x2_coop",
+                                    "128x128x128_2x1_pingpong_swz8"])
+def test_linear_sm90_with_a_forced_config(config):
+    """``config`` names the GEMM's table entry (benchmarks time a tile end to end with it): the
+    bits of the CUDA quantizer's codes through scaled_mm_sm90 forced to the same entry."""
+    from w8a8 import rows
+
+    m, n, k = 100, 1000, 528
+    x, w, ws, bias, _, _ = _linear_operands(m, n, k, torch.bfloat16, False)
+    q, s = torch.ops.w8a8.quantize_per_token_cuda(x)
+    want = op(q, w, s, ws, bias, torch.bfloat16, config, None, "auto")
+    for padded in (0, rows.padded_rows(m)):
+        poison_allocator(rows.padded_rows(m) * max(n, k) * 2, "cuda")
+        got = linear_op(x, w, ws, bias, None, None, rows=padded, config=config)
+        torch.cuda.synchronize()
+        assert torch.equal(got, want), (config, padded)
+
+
+def test_linear_sm90_refuses_an_unknown_config():
+    args = _linear_operands(4, 64, 128, torch.bfloat16, False)
+    with pytest.raises(ValueError, match=r"w8a8.linear: config must be '' \(the heuristic\) or an entry of the sm90 "
+                                         r"table \(.*\), got 'no_such_entry'"):
+        linear_op(*args, config="no_such_entry")
 
 
 def test_linear_sm90_refuses_fewer_rows_than_tokens():

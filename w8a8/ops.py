@@ -69,7 +69,7 @@ def _fake_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype, config="", split_k=
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
 
 
-def _fake_linear(x, weight, weight_scale, bias, input_scale, input_zero_point, rows=0):
+def _fake_linear(x, weight, weight_scale, bias, input_scale, input_zero_point, rows=0, config=""):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 

@@ -88,7 +88,7 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm90::Sm90SwapABWarpSpecialized64x32x256_1x2>(sm90::kSwap64x32Cluster, "swap_64x32x256_1x2_ws", kDefault),
     entry<sm90::Sm90SwapABWarpSpecialized64x48x256_1x2>(sm90::kSwap64x48Cluster, "swap_64x48x256_1x2_ws", kDefault),
     entry<sm90::Sm90SwapABWarpSpecialized64x64x256_1x2>(sm90::kSwap64x64Cluster, "swap_64x64x256_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x96x256_1x2>(sm90::kSwap64x96Cluster, "swap_64x96x256_1x2_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x96x128_1x2>(sm90::kSwap64x96Cluster, "swap_64x96x128_1x2_ws", kDefault),
     entry<sm90::Sm90SwapABWarpSpecialized64x128x128_1x2>(sm90::kSwap64x128Cluster, "swap_64x128x128_1x2_ws", kDefault),
 #ifdef W8A8_SWEEP_CONFIGS
     entry<sm90::Sm90Coop256x128x128_1x2>(sm90::kCoop256x128RasterM, "256x128x128_1x2_coop_swz8_rasterM",
@@ -124,6 +124,14 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm90::Sm90SwapABWarpSpecialized64x128x256_1x2>(sm90::kSwap64x128K256Cluster, "swap_64x128x256_1x2_ws", kDefault),
     entry<sm90::Sm90SwapABWarpSpecialized64x192x128_1x2>(sm90::kSwap64x192Cluster, "swap_64x192x128_1x2_ws", kDefault),
     entry<sm90::Sm90SwapABWarpSpecialized64x256x128_1x2>(sm90::kSwap64x256Cluster, "swap_64x256x128_1x2_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x16x128_1x2>(sm90::kSwap64x16K128Cluster, "swap_64x16x128_1x2_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x32x128_1x2>(sm90::kSwap64x32K128Cluster, "swap_64x32x128_1x2_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x48x128_1x2>(sm90::kSwap64x48K128Cluster, "swap_64x48x128_1x2_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x64x128_1x2>(sm90::kSwap64x64K128Cluster, "swap_64x64x128_1x2_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x96x256_1x2>(sm90::kSwap64x96K256Cluster, "swap_64x96x256_1x2_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x128x128_1x1>(sm90::kSwap64x128WS, "swap_64x128x128_1x1_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x192x128_1x1>(sm90::kSwap64x192WS, "swap_64x192x128_1x1_ws", kDefault),
+    entry<sm90::Sm90SwapABWarpSpecialized64x256x128_1x1>(sm90::kSwap64x256WS, "swap_64x256x128_1x1_ws", kDefault),
 #endif
 };
 

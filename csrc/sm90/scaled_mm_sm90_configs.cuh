@@ -288,16 +288,18 @@ struct Sm90SwapABCoop128x64x128_1x2 {
 // one-token-tile rung (linear_rows_h100.json, across runs), where 4096 x 14336 gains 0-5%.
 // Where two CTAs per weight tile pass one wave they lose: 6144 x 4096 12.8 against 11.7 us
 // at M = 64.
-template <int kTokens, int kTileK, int kPrefetch>
-struct Sm90SwapABWarpSpecialized64xTxK_1x2 {
+template <int kTokens, int kTileK, int kPrefetch, int kTokenTiles = 2>
+struct Sm90SwapABWarpSpecialized64xTxK {
   using TileShape = Shape<_64, cute::Int<kTokens>, cute::Int<kTileK>>;
-  using ClusterShape = Shape<_1, _2, _1>;
+  using ClusterShape = Shape<_1, cute::Int<kTokenTiles>, _1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
   using TileScheduler = cutlass::gemm::PersistentScheduler;
   static constexpr bool kSwapAB = true;
   static constexpr int kPrefetchKTiles = kPrefetch;
 };
+template <int kTokens, int kTileK, int kPrefetch>
+using Sm90SwapABWarpSpecialized64xTxK_1x2 = Sm90SwapABWarpSpecialized64xTxK<kTokens, kTileK, kPrefetch, 2>;
 // M <= 32 (and M = 5..16 under "auto", where the skinny GEMM does not run): 16-token tiles.
 // Prefetch 4 weight tiles, as on the 64x32 1x1 tile.
 using Sm90SwapABWarpSpecialized64x16x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<16, 256, 4>;
@@ -307,8 +309,10 @@ using Sm90SwapABWarpSpecialized64x32x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1
 using Sm90SwapABWarpSpecialized64x48x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<48, 256, 2>;
 // M in (96, 128].
 using Sm90SwapABWarpSpecialized64x64x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<64, 256, 2>;
-// M in (128, 192].
-using Sm90SwapABWarpSpecialized64x96x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<96, 256, 2>;
+// M in (128, 192]: 128-deep stages (20 KiB each): 4096 x 4096 at 192 rows 9.3
+// against 9.4 us, 4096 x 14336 25.4 against 26.7; W8A8Linear 11.8 / 32.8 against 12.1 / 33.9
+// (scaled_mm_pairk128_h100.json).
+using Sm90SwapABWarpSpecialized64x96x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<96, 128, 4>;
 // M in (192, 256]: 128-deep stages (24 KiB, 8 of them), against 256-deep ones (48 KiB, 4):
 // 4096 x 14336 at M = 256 27.6 against 31.6 us, 4096 x 4096 10.2 against 10.7
 // (scaled_mm_k128_h100.json).
@@ -321,6 +325,27 @@ using Sm90SwapABWarpSpecialized64x128x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_
 // 4096 x 14336 35.9 / 42.7 against 35.4 / 42.2 (scaled_mm_pairwide_h100.json).
 using Sm90SwapABWarpSpecialized64x192x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<192, 128, 2>;
 using Sm90SwapABWarpSpecialized64x256x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<256, 128, 2>;
+// Sweep only: the 16-, 32-, 48- and 64-token pairs on 128-deep stages (the prefetch the
+// same bytes), slower or within 2% at their rungs (scaled_mm_pairk128_h100.json: 4096 x 4096
+// at 16 / 32 / 96 / 128 rows 7.9 / 8.3 / 9.2 / 8.7 against 7.7 / 7.8 / 9.1 / 8.6 us; 4096 x
+// 14336 22.8 / 24.1 / 24.3 / 23.8 against 22.1 / 21.9 / 24.4 / 24.3). The 48-token one ran
+// W8A8Linear 3% faster at 96 rows (4096 x 4096 11.6 against 12.0 us), but on the quantizers'
+// 96 rows it took 9.2 us against 9.0, a step of 1.155 from M = 64 to 65 (continuity sweep of
+// a build that shipped it). And the 96-token pair on 256-deep stages.
+using Sm90SwapABWarpSpecialized64x16x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<16, 128, 8>;
+using Sm90SwapABWarpSpecialized64x32x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<32, 128, 8>;
+using Sm90SwapABWarpSpecialized64x48x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<48, 128, 4>;
+using Sm90SwapABWarpSpecialized64x64x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<64, 128, 4>;
+using Sm90SwapABWarpSpecialized64x96x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<96, 256, 2>;
+// Sweep only: one consumer warpgroup (256 threads, which fit beside the quantizer's blocks,
+// where the cooperative tiles' 384 do not) over 128 / 192 / 256 tokens, no cluster, for
+// N past 32 x SMs at M = 129..256 (scaled_mm_ws1x1_h100.json). W8A8Linear on 6144 x 4096 at
+// 192 rows 16.7 against 18.3 us, but 17.0 against 16.4 at 129 and the kernel alone 13.8
+// against 13.2; on 8192 x 8192 and 10240 x 8192 2-17% slower end to end; at 320..512 on
+// the 4096-wide shapes (scaled_mm_ws1x1wide_h100.json) 3-16% slower than the ladder.
+using Sm90SwapABWarpSpecialized64x128x128_1x1 = Sm90SwapABWarpSpecialized64xTxK<128, 128, 2, 1>;
+using Sm90SwapABWarpSpecialized64x192x128_1x1 = Sm90SwapABWarpSpecialized64xTxK<192, 128, 2, 1>;
+using Sm90SwapABWarpSpecialized64x256x128_1x1 = Sm90SwapABWarpSpecialized64xTxK<256, 128, 2, 1>;
 #endif
 
 #ifdef W8A8_SWEEP_CONFIGS
@@ -477,6 +502,14 @@ enum ConfigId : int {
   kSwap64x128K256Cluster,     // the 128-token pair with 256-deep stages
   kSwap64x192Cluster,         // the pairs of PairedTokenTilesPolicy at 384 and 512 rows
   kSwap64x256Cluster,
+  kSwap64x16K128Cluster,      // the 16-, 32-, 48-, 64-token pairs on 128-deep stages
+  kSwap64x32K128Cluster,
+  kSwap64x48K128Cluster,
+  kSwap64x64K128Cluster,
+  kSwap64x96K256Cluster,      // the 96-token pair on 256-deep stages
+  kSwap64x128WS,              // one consumer warpgroup, no cluster, 128 / 192 / 256 tokens
+  kSwap64x192WS,
+  kSwap64x256WS,
 #endif
   kNumConfigs
 };

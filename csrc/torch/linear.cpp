@@ -4,7 +4,7 @@
 //
 // Kernel op (namespace w8a8; the public op w8a8::linear routes to it):
 //   linear_sm90(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias,
-//               Tensor? input_scale, Tensor? input_zero_point, int rows=0) -> Tensor
+//               Tensor? input_scale, Tensor? input_zero_point, int rows=0, str config="") -> Tensor
 //     x [..., K] bf16/fp16 (any strides) -> out [..., N] in x's dtype:
 //       input_scale None: q, s = quantize_per_token(x)                          (dynamic)
 //       else:             q = quantize_static(x, input_scale, input_zero_point), s = input_scale
@@ -12,7 +12,8 @@
 //     The bias is used as given: with a zero point it is the folded one. rows: the
 //     rows q and s are allocated with (0: M), as w8a8/rows.py pads them; the GEMM runs
 //     on those rows and the first M rows of its output are returned (w8a8/rows.py
-//     says why).
+//     says why). config: "" (the heuristic) or an entry of the sm90 table, as
+//     scaled_mm_sm90 takes it (benchmarks time a tile end to end with it).
 //     The GEMM launches as the quantizer's programmatic dependent and loads its first
 //     weight tiles while the quantizer runs (ScaledMmSm90Params::weights_ready); before a
 //     CUTLASS GEMM the quantizer runs at the largest shared-memory split, so that the
@@ -39,7 +40,8 @@ constexpr const char* kOp = "linear";
 
 at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
                        const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& input_scale,
-                       const c10::optional<at::Tensor>& input_zero_point, int64_t rows_allocated) {
+                       const c10::optional<at::Tensor>& input_zero_point, int64_t rows_allocated,
+                       c10::string_view config) {
   checks::linear(x, weight, weight_scale, bias, input_scale, input_zero_point);
   const int64_t n = weight.size(0), k = weight.size(1);
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
@@ -50,6 +52,7 @@ at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::
                    "rows (the rows the codes are allocated with) must be 0 or at least the ", m,
                    " tokens of x, got ", rows_allocated);
   const int64_t padded = rows_allocated == 0 ? m : rows_allocated;
+  const int config_id = sm90_config_id(kOp, config);  // checked before any early return
   // The composed definition quantizes x per token first, which refuses K = 0 with its
   // own message: the same error here.
   if (!input_scale.has_value() && k == 0) {
@@ -75,10 +78,11 @@ at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::
   at::Tensor q = q_padded.narrow(0, 0, m);
   const at::Tensor a_scale_padded =
       input_scale.has_value() ? *input_scale : at::empty({padded, 1}, x.options().dtype(at::kFloat));
-  ScaledMmSm90Params params;  // config "" (the heuristic), no split request
+  ScaledMmSm90Params params;  // no split request
   params.m = padded;
   params.n = n;
   params.k = k;
+  params.config_id = config_id;
   params.weights_ready = true;  // the kernel before the GEMM is the quantizer below
   // Planned before the quantizer runs (nothing is read yet), which then knows what follows it.
   const Sm90Call gemm = plan_scaled_mm_sm90_checked(kOp, params, q_padded, weight, a_scale_padded, weight_scale, bias,
@@ -99,7 +103,7 @@ at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::
 TORCH_LIBRARY_FRAGMENT(w8a8, m) {
   m.def(
       "linear_sm90(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias, Tensor? input_scale, "
-      "Tensor? input_zero_point, int rows=0) -> Tensor");
+      "Tensor? input_zero_point, int rows=0, str config=\"\") -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(w8a8, CUDA, m) { m.impl("linear_sm90", &w8a8::linear_sm90); }

@@ -83,6 +83,10 @@ at::Tensor scaled_mm_sm90_checked(const char* op, const ScaledMmSm90Params& para
                                   const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
                                   const DeviceInfo& info);
 
+// The sm90 table entry a `config` argument names: -1 for "" (the heuristic), else its id;
+// any other name is a ValueError that lists the table, worded for `op`.
+int sm90_config_id(const char* op, c10::string_view config);
+
 // The same in two steps, for a caller that launches a kernel of its own between them
 // and needs to know what the GEMM runs (w8a8::linear's quantizer): the plan binds the
 // operands (read only when run) and allocates the output.

@@ -58,8 +58,10 @@ std::string config_list() {
   return list;
 }
 
+}  // namespace
+
 // -1 for "" (the heuristic), else the id of the named entry.
-int config_id(const char* op, c10::string_view config) {
+int sm90_config_id(const char* op, c10::string_view config) {
   if (config.empty()) return -1;
   for (int i = 0; i < scaled_mm_sm90_num_configs(); ++i) {
     if (config == scaled_mm_sm90_config_name(i)) return i;
@@ -68,6 +70,8 @@ int config_id(const char* op, c10::string_view config) {
                    "), got '", std::string(config), "'");
   return -1;
 }
+
+namespace {
 
 ScaledMmScheduler parse_scheduler(const char* op, c10::string_view scheduler) {
   if (scheduler == "auto") return ScaledMmScheduler::kAuto;
@@ -82,7 +86,7 @@ ScaledMmScheduler parse_scheduler(const char* op, c10::string_view scheduler) {
 // early return); the library checks the parts that depend on the entry it picks.
 void set_request(const char* op, ScaledMmSm90Params& params, c10::string_view config,
                  const c10::optional<int64_t>& split_k, c10::string_view scheduler_name) {
-  params.config_id = config_id(op, config);
+  params.config_id = sm90_config_id(op, config);
   const ScaledMmScheduler scheduler = parse_scheduler(op, scheduler_name);
   int64_t splits = 0;
   if (split_k.has_value()) {

@@ -59,8 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="split_k suite: also every split of both decode tiles; sm80 suite: every config at every M; "
                    "linear suite: also both sm90 paths forced (the single op, quantize + scaled_mm)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
-    p.add_argument("--configs", default="", help="scaled_mm suite: comma list of sm90 config names to time beside "
-                   "the heuristic (python -m w8a8 info lists them)")
+    p.add_argument("--configs", default="", help="scaled_mm suite, and the linear suite with --sweep: comma list of "
+                   "sm90 config names to time beside the heuristic (python -m w8a8 info lists them)")
     p.add_argument("--layers", type=int, default=None,
                    help="model / generate suites: decoder layers (default 4 / 32; tiny: 2)")
     p.add_argument("--size", choices=("llama3-8b", "tiny"), default=None,
@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> dict[str, list[dict]]:
                 rows += split_k.bench_shape(m, n, k, ceilings, device, sweep=getattr(args, "sweep", False))
             else:
                 rows += linear.bench_shape(m, n, k, [b for b in chosen if b != scaled_mm.INT_MM], ceilings, device,
-                                           sweep=getattr(args, "sweep", False))
+                                           sweep=getattr(args, "sweep", False),
+                                           configs=[c for c in args.configs.split(",") if c])
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         print(harness.markdown_table(rows if suite != "sm80" else [r for r in rows if r.get("x_bf16")]))

@@ -15,10 +15,11 @@ COMPOSED = "linear sm90, quantize + scaled_mm"
 
 
 def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, device="cuda",
-                sweep: bool = False) -> list[dict]:
+                sweep: bool = False, configs=()) -> list[dict]:
     """Rows for one (M, N, K): bf16 F.linear first, then W8A8Linear on each backend; with
-    ``sweep`` on sm90 also the single op ``w8a8::linear_sm90`` and the composed path (all
-    timed together, their replays interleaved)."""
+    ``sweep`` on sm90 also the single op ``w8a8::linear_sm90`` and the composed path, and the
+    single op with its GEMM forced to each of ``configs`` (sm90 table entries; all timed
+    together, their replays interleaved)."""
     n_sets = harness.rotation_count(2 * n * k, device)
     linears = [torch.nn.Linear(k, n, bias=False, device=device, dtype=torch.bfloat16) for _ in range(n_sets)]
     x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
@@ -31,6 +32,10 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, dev
                                                                        padded_rows.padded_rows(m)) for q in layers]
             cases[COMPOSED] = [lambda q=q: dispatch.linear_composed(x, q.weight, q.weight_scale, None, None, None,
                                                                     mm_backend="sm90") for q in layers]
+            for config in configs:
+                cases[f"{SINGLE_OP}, config {config}"] = [
+                    lambda q=q, c=config: torch.ops.w8a8.linear_sm90(x, q.weight, q.weight_scale, None, None, None,
+                                                                     padded_rows.padded_rows(m), c) for q in layers]
     timings = harness.time_interleaved(cases, device)
     bf16_us = timings["bf16 F.linear"].us
     rows = [harness.gemm_row("bf16 F.linear", m, n, k, timings["bf16 F.linear"], 2 * (m * k + n * k + m * n),

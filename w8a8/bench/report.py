@@ -120,6 +120,30 @@ SOURCES = {
                                  f"W8A8_SWEEP_CONFIGS=1 build; {_MM},linear --backends sm90 --m 192,193,224,256 --shapes "
                                  "4096x4096,4096x14336 --configs swap_64x128x256_1x2_ws,swap_64x128x128_1x2_ws,"
                                  "swap_128x64x128_1x2_coop --tag k128_h100"),
+    "scaled_mm_pairk128_h100.json": ("M = 16..192 on the N = 4096 shapes: the 16- to 96-token pairs on 128-deep stages "
+                                     "beside the ladder of that build (those pairs on 256-deep stages)",
+                                     f"W8A8_SWEEP_CONFIGS=1 build; {_MM},linear --backends sm90 --sweep --m "
+                                     "16,32,48,64,96,128,192 --shapes 4096x4096,4096x14336 --configs "
+                                     "swap_64x16x128_1x2_ws,swap_64x32x128_1x2_ws,swap_64x48x128_1x2_ws,"
+                                     "swap_64x64x128_1x2_ws,swap_64x96x128_1x2_ws --tag pairk128_h100"),
+    "linear_pairk128_h100.json": ("`W8A8Linear`, both paths of `w8a8::linear` and the single op with its GEMM forced "
+                                  "to each of those pairs", "(same run as the row above)"),
+    "scaled_mm_ws1x1_h100.json": ("M = 129..256 on 6144 x 4096, 8192 x 8192, 10240 x 8192: swap-AB 64-row tiles of one "
+                                  "consumer warpgroup and no cluster (128, 192, 256 tokens; 64x96 256-deep) beside "
+                                  "the ladder",
+                                  f"W8A8_SWEEP_CONFIGS=1 build; {_MM},linear --backends sm90 --sweep --m 129,192,193,256 "
+                                  "--shapes 6144x4096,8192x8192,10240x8192 --configs swap_64x128x128_1x1_ws,"
+                                  "swap_64x192x128_1x1_ws,swap_64x256x128_1x1_ws,swap_64x96x256_1x1_ws --tag ws1x1_h100"),
+    "linear_ws1x1_h100.json": ("`W8A8Linear`, both paths of `w8a8::linear` and the single op with its GEMM forced to "
+                               "each of those tiles", "(same run as the row above)"),
+    "scaled_mm_ws1x1wide_h100.json": ("M = 320..512 on the 4096-wide shapes: the 192- and 256-token tiles of one "
+                                      "consumer warpgroup, with and without a 1x2 cluster, beside the ladder",
+                                      f"W8A8_SWEEP_CONFIGS=1 build; {_MM},linear --backends sm90 --sweep --m 320,384,512 "
+                                      "--shapes 4096x4096,4096x14336,6144x4096 --configs swap_64x192x128_1x1_ws,"
+                                      "swap_64x256x128_1x1_ws,swap_64x192x128_1x2_ws,swap_64x256x128_1x2_ws "
+                                      "--tag ws1x1wide_h100"),
+    "linear_ws1x1wide_h100.json": ("`W8A8Linear`, both paths of `w8a8::linear` and the single op with its GEMM forced "
+                                   "to each of those tiles", "(same run as the row above)"),
     "scaled_mm_widetiles_h100.json": ("M = 96 and 128 on the six shapes with N > 4096: three tiles with fewer activation "
                                       "reads per weight byte beside the 64x128 pingpong tile",
                                       f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 96,128 --shapes "
