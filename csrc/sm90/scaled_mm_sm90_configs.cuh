@@ -326,9 +326,10 @@ using Sm90SwapABWarpSpecialized64x128x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_
 using Sm90SwapABWarpSpecialized64x192x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<192, 128, 2>;
 using Sm90SwapABWarpSpecialized64x256x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<256, 128, 2>;
 // Sweep only: the 16-, 32-, 48- and 64-token pairs on 128-deep stages (the prefetch the
-// same bytes), slower or within 2% at their rungs (scaled_mm_pairk128_h100.json: 4096 x 4096
-// at 16 / 32 / 96 / 128 rows 7.9 / 8.3 / 9.2 / 8.7 against 7.7 / 7.8 / 9.1 / 8.6 us; 4096 x
-// 14336 22.8 / 24.1 / 24.3 / 23.8 against 22.1 / 21.9 / 24.4 / 24.3). The 48-token one ran
+// same bytes), up to 4% slower at their rungs' ends but for the 64-token pair on 4096 x 14336
+// (scaled_mm_pairk128_h100.json, at 32 / 64 / 96 / 128 rows: 4096 x 4096 8.0 / 8.2 / 9.2 /
+// 8.7 against 7.8 / 7.9 / 9.1 / 8.6 us; 4096 x 14336 22.4 / 22.8 / 24.3 / 23.8 against 21.9 /
+// 22.4 / 24.4 / 24.3). The 48-token one ran
 // W8A8Linear 3% faster at 96 rows (4096 x 4096 11.6 against 12.0 us), but on the quantizers'
 // 96 rows it took 9.2 us against 9.0, a step of 1.155 from M = 64 to 65 (continuity sweep of
 // a build that shipped it). And the 96-token pair on 256-deep stages.

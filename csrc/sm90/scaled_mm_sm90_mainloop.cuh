@@ -25,7 +25,8 @@
 // CTAs at M = 96..192; 8 up to 11% slower, all of them up to 47% (the
 // prefetches then compete with the loads after the wait). Hence 4 on the
 // swap-AB 64x32 / 64x64 tiles (M <= 64), 2 elsewhere (the config's
-// kPrefetchKTiles, default 2).
+// kPrefetchKTiles, default 2; counted in the config's K blocks, so a 128-deep
+// tile that keeps those bytes names twice as many).
 //
 // Only a CTA's first tile: on later tiles of a persistent CTA the stages are
 // still being consumed, and issuing every stage's weights before any stage's
