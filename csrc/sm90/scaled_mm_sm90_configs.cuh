@@ -515,6 +515,10 @@ enum ConfigId : int {
   kNumConfigs
 };
 
+// Tiles of `rows` weight rows (output channels) that cover N: the CTAs per token tile of a
+// swap-AB tile, the unit the policies below count against the SMs.
+constexpr int64_t weight_tiles(int64_t n, int64_t rows) { return (n + rows - 1) / rows; }
+
 // The ladder on next_pow2(M) (192 between 128 and 256, 384 between 256 and 512) and N, from the config sweeps on
 // the H100 (CUDA-graph replay, 8 shapes from 4096 x 4096 to 57344 x 8192 as
 // N x K; "best" = fastest or within 3%):
@@ -552,7 +556,7 @@ enum ConfigId : int {
 // the 96 rows, as fast as 128 (47.1 against 47.2 us on 28672 x 4096).
 struct Rung96Policy {
   static constexpr int64_t kMaxM = 96;
-  static constexpr bool serves(int64_t n, int sm_count) { return (n + 63) / 64 <= 2 * int64_t(sm_count); }
+  static constexpr bool serves(int64_t n, int sm_count) { return weight_tiles(n, 64) <= 2 * int64_t(sm_count); }
 };
 
 struct Rung192Policy {
@@ -561,10 +565,10 @@ struct Rung192Policy {
   // token tiles of 96 where they fit one wave, else one of 192 where that fits, else
   // (several waves either way) 96.
   static constexpr int config(int64_t n, int sm_count) {
-    const int64_t weight_tiles = (n + 127) / 128;
+    const int64_t tiles = weight_tiles(n, 128);
     if (n <= 4096) return kSwap64x96;
-    if (2 * weight_tiles <= sm_count) return kSwap128x96Cluster;
-    return weight_tiles <= sm_count ? kSwap128x192 : kSwap128x96Cluster;
+    if (2 * tiles <= sm_count) return kSwap128x96Cluster;
+    return tiles <= sm_count ? kSwap128x192 : kSwap128x96Cluster;
   }
 };
 
@@ -586,9 +590,8 @@ struct Rung384Policy {
     return double(tiles) / double(waves * sm_count);
   }
   static constexpr int config(int64_t n, int sm_count) {
-    const int64_t weight_tiles = (n + 127) / 128;
-    return filled(4 * weight_tiles, sm_count) > filled(2 * weight_tiles, sm_count) + 0.15 ? kSwap128x96Cluster
-                                                                                        : kSwap128x192;
+    const int64_t tiles = weight_tiles(n, 128);
+    return filled(4 * tiles, sm_count) > filled(2 * tiles, sm_count) + 0.15 ? kSwap128x96Cluster : kSwap128x192;
   }
 };
 
@@ -597,7 +600,7 @@ struct Rung384Policy {
 // 48, 64, 96 or 128 tokens per CTA.
 struct PairedTokenTilesPolicy {
   static constexpr int64_t kMaxM = 256;
-  static constexpr bool serves(int64_t n, int sm_count) { return 2 * ((n + 63) / 64) <= int64_t(sm_count); }
+  static constexpr bool serves(int64_t n, int sm_count) { return 2 * weight_tiles(n, 64) <= int64_t(sm_count); }
   static constexpr int config(int64_t m) {
     return m <= 32 ? kSwap64x16Cluster
            : m <= 64 ? kSwap64x32Cluster
@@ -706,7 +709,7 @@ struct SkinnyPolicy {
 
   // The skinny GEMM: more 64-row weight tiles than SMs, on short rows.
   static constexpr bool serves(int64_t n, int64_t k, int sm_count) {
-    return (n + 63) / 64 > sm_count && k < kMinTileK;
+    return weight_tiles(n, 64) > sm_count && k < kMinTileK;
   }
 };
 

@@ -28,14 +28,15 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, dev
         layers = [w8a8.W8A8Linear.from_linear(l, backend=backend) for l in linears]
         cases[f"W8A8Linear {backend}"] = [lambda q=q: q(x) for q in layers]
         if sweep and backend == "sm90" and dispatch.unavailable_reason("quantize_per_token", "cuda", x.device) is None:
-            cases[SINGLE_OP] = [lambda q=q: torch.ops.w8a8.linear_sm90(x, q.weight, q.weight_scale, None, None, None,
-                                                                       padded_rows.padded_rows(m)) for q in layers]
+            def single_op(q, config=""):
+                return torch.ops.w8a8.linear_sm90(x, q.weight, q.weight_scale, None, None, None,
+                                                  padded_rows.padded_rows(m), config)
+
+            cases[SINGLE_OP] = [lambda q=q: single_op(q) for q in layers]
             cases[COMPOSED] = [lambda q=q: dispatch.linear_composed(x, q.weight, q.weight_scale, None, None, None,
                                                                     mm_backend="sm90") for q in layers]
             for config in configs:
-                cases[f"{SINGLE_OP}, config {config}"] = [
-                    lambda q=q, c=config: torch.ops.w8a8.linear_sm90(x, q.weight, q.weight_scale, None, None, None,
-                                                                     padded_rows.padded_rows(m), c) for q in layers]
+                cases[f"{SINGLE_OP}, config {config}"] = [lambda q=q, c=config: single_op(q, c) for q in layers]
     timings = harness.time_interleaved(cases, device)
     bf16_us = timings["bf16 F.linear"].us
     rows = [harness.gemm_row("bf16 F.linear", m, n, k, timings["bf16 F.linear"], 2 * (m * k + n * k + m * n),
