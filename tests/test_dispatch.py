@@ -17,13 +17,45 @@ M, N, K = 5, 24, 32
 def test_backend_names():
     assert dispatch.BACKENDS == {
         "scaled_mm": ("sm90", "sm80", "triton", "reference"),
-        "quantize_per_token": ("triton", "cuda", "reference"),
+        "quantize_per_token": ("cuda", "triton", "reference"),
         "quantize_static": ("triton", "cuda", "reference"),
         "rms_norm_quant": ("triton", "reference"),
         "add_rms_norm_quant": ("triton", "reference"),
         "silu_mul_quant": ("triton", "reference"),
     }
     assert w8a8.BACKENDS is dispatch.BACKENDS
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A CUDA device of a given compute capability, as the defaults see it (no GPU needed)."""
+    monkeypatch.setattr(dispatch, "_triton_installed", lambda: True)
+
+    def set_capability(capability):
+        monkeypatch.setattr(dispatch, "_capability", lambda index: capability)
+        dispatch._best.cache_clear()
+        dispatch._warned.clear()
+
+    yield set_capability
+    dispatch._best.cache_clear()
+    dispatch._warned.clear()
+
+
+@pytest.mark.skipif(dispatch.load("_C")[0] or dispatch.load("_C_sm80")[0], reason="needs the libraries unbuilt")
+def test_a_family_is_a_default_only_where_it_is_built(fake_gpu):
+    """On a GPU a compiled family is not built for, the next kernel is the default without a
+    warning; on one it is built for, its absence is a fallback, warned with the reason."""
+    for capability in ((8, 0), (10, 0), (12, 0)):
+        fake_gpu(capability)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert dispatch._best("quantize_per_token", "cuda", 0) == "triton"
+            if capability[0] != 8:
+                assert dispatch._best("scaled_mm", "cuda", 0) == "triton"
+    fake_gpu((9, 0))
+    with pytest.warns(RuntimeWarning, match=r"^w8a8\.quantize_per_token: using the 'triton' kernels on cuda:0: "
+                                            r"'cuda' unavailable: w8a8\._C is not built"):
+        assert dispatch._best("quantize_per_token", "cuda", 0) == "triton"
 
 
 @pytest.mark.parametrize("op", list(dispatch.BACKENDS))
@@ -121,8 +153,8 @@ def test_gpu_defaults():
     dev = torch.device("cuda")
     if SM90:
         assert dispatch.choose("scaled_mm", dev) == "sm90"
-    # Triton is the default quantizer (better HBM bandwidth at large M); the CUDA one serves linear_sm90.
-    assert dispatch.choose("quantize_per_token", dev) == "triton"
+    # The CUDA per-token quantizer where it is built (sm_90), Triton's elsewhere; Triton's static one.
+    assert dispatch.choose("quantize_per_token", dev) == ("cuda" if SM90 else "triton")
     assert dispatch.choose("quantize_static", dev) == "triton"
 
 

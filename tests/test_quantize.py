@@ -83,6 +83,33 @@ def test_per_token_exact_ties_round_half_to_even(device, backend, dtype):
 
 
 @pytest.mark.parametrize("device,backend", PER_TOKEN)
+@pytest.mark.parametrize("m,k", [(6, 1000)] + ([(40, 4096), (300, 4096), (130, 14336), (3, 40000)] if CUDA else []))
+def test_per_token_near_ties(device, backend, m, k):
+    """fp32 rows with scales over 60 binades, half of them with 12-bit mantissas (exact ties
+    exist) and half with full ones, holding RN(scale (j + 1/2)) (quotients at and beside ties),
+    1..3 ulp from those, random values and +-amax itself: where a kernel rounds a reciprocal
+    product instead of dividing, these are the values it must send through the division (the
+    CUDA kernel's shapes by M and K)."""
+    short = torch.randint(2048, 4096, (m, 1)).double() / 2048
+    mantissa = torch.where(torch.arange(m).view(m, 1) % 2 == 0, short, 1 + torch.rand(m, 1).double())
+    amax = (mantissa * torch.exp2(torch.randint(-30, 30, (m, 1)).double()) * 127).float()
+    scale = amax / 127.0  # the reference's scale: RN(amax / 127)
+    halves = ((torch.randint(-127, 127, (m, k)).double() + 0.5) * scale.double()).float()
+    steps = torch.randint(-3, 4, (m, k))
+    beside = halves
+    for i in range(3):
+        beside = torch.where(steps > i, torch.nextafter(beside, torch.tensor(float("inf"))), beside)
+        beside = torch.where(-steps > i, torch.nextafter(beside, torch.tensor(float("-inf"))), beside)
+    kind = torch.randint(0, 3, (m, k))
+    x = torch.where(kind == 0, halves, torch.where(kind == 1, beside, (torch.rand(m, k) * 2 - 1) * amax))
+    x = torch.minimum(torch.maximum(x, -amax), amax)
+    x[:, k // 2] = amax[:, 0] * torch.where(torch.rand(m) < 0.5, -1.0, 1.0)
+    quotient = x.double() / scale.double()
+    assert int((quotient - quotient.floor() == 0.5).sum()) > m * k // 20, "exact ties are there"
+    per_token(backend, x.to(device))
+
+
+@pytest.mark.parametrize("device,backend", PER_TOKEN)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_per_token_extreme_magnitudes(device, backend, dtype):
     big, tiny = torch.finfo(dtype).max, torch.finfo(dtype).tiny

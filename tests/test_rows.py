@@ -81,11 +81,12 @@ def test_the_sm90_call_runs_on_the_padded_rows_and_returns_m(m):
 
 
 @requires_sm90
+@pytest.mark.parametrize("quantizer", [None, "cuda", "triton"])
 @pytest.mark.parametrize("m", [65, 77, 127, 129, 200, 255, 257, 383, 385, 511])
 @pytest.mark.parametrize("n, k", [(4096, 4096), (136, 272)])
-def test_sm90_on_padded_producer_outputs_is_exact(m, n, k):
+def test_sm90_on_padded_producer_outputs_is_exact(m, n, k, quantizer):
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    q, s = w8a8.quantize_per_token(x)
+    q, s = w8a8.quantize_per_token(x, backend=quantizer)
     assert q.untyped_storage().nbytes() == rows.padded_rows(m) * k
     # Garbage in the pad rows: codes, and scales that are NaN, reach only dropped rows.
     rows.widened(q, rows.padded_rows(m))[m:].random_(-128, 128)

@@ -41,12 +41,13 @@ import torch
 
 from w8a8 import rows, reference, validate
 
-# Kernels by op, fastest first (the default order on a GPU). Quantization: on the H100
-# (M = 8192) the Triton quantizer streams 83% / 76% of HBM at K = 4096 / 14336, the CUDA
-# one 72% / 75%, so Triton is the default; the CUDA one serves w8a8::linear_sm90.
+# Kernels by op, fastest first (the default order on a GPU). Per-token quantization on
+# the H100 (quant_h100.json, quant_serving_h100.json): the CUDA quantizer takes 1.7-2.2 us
+# against 2.7-3.1 for Triton's at M = 1..128, K = 4096, and streams 90% / 96% of HBM against
+# 83% / 76% at M = 8192, K = 4096 / 14336; it is built for sm_90 only (Triton elsewhere).
 BACKENDS = {
     "scaled_mm": ("sm90", "sm80", "triton", "reference"),
-    "quantize_per_token": ("triton", "cuda", "reference"),
+    "quantize_per_token": ("cuda", "triton", "reference"),
     "quantize_static": ("triton", "cuda", "reference"),
     # The fused producer + quantizer ops (w8a8.triton.fused_quant): Triton is their only
     # GPU kernel.
@@ -59,9 +60,10 @@ BACKENDS = {
 # dependent, which loads its first weight tiles while the quantizer runs (its cooperative
 # tiles multicast each weight tile to the token tiles that share it, so that the early
 # start does not cost: docs/KERNELS.md). H100, CUDA-graph replays, against quantize +
-# scaled_mm in the same run (linear_single_op_h100.json): 0.4-16% less time at every
-# M = 96..256 on the 8 Llama-3 shapes. Few tokens: host time as well (26 us per call
-# against 168 us for the composed Python path at M = 1, decode_h100.json).
+# scaled_mm in the same run (linear_single_op_h100.json, the CUDA quantizer in both): less
+# time at 50 of 64 points M = 96..256 on the 8 Llama-3 shapes (up to 9%), at most 2.7% more
+# at 13, 7.5% more at one (4096 x 4096, M = 96: docs/KERNELS.md). Few tokens: host time as
+# well (one Python-to-C++ crossing instead of two).
 LINEAR_SM90_MAX_TOKENS = 256
 # TMA (sm90) and cp.async (sm80) move 16-byte rows: int8 operands need K % 16 == 0,
 # 16-bit outputs N % 8 == 0, and the CUTLASS kernels write bf16 / fp16 only.
@@ -149,10 +151,13 @@ def unavailable_reason(op: str, backend: str, device: torch.device) -> str | Non
 
 
 def _default_candidate(backend: str, device: torch.device) -> bool:
-    """The sm80 kernels run on an H100 only when named: there the sm90 ones are the default."""
-    if backend != "sm80" or device.type != "cuda":
+    """A compiled family is a default only on the GPUs it is built for: the sm80 kernels on
+    8.x (on an H100 they run only when named), the sm90 ones and the CUDA quantizers on 9.x.
+    Elsewhere the next kernel is the device's fastest, not a fallback to warn about."""
+    if backend not in ("sm80", "sm90", "cuda") or device.type != "cuda":
         return True
-    return _capability(device.index if device.index is not None else torch.cuda.current_device())[0] == 8
+    major = _capability(device.index if device.index is not None else torch.cuda.current_device())[0]
+    return major == (8 if backend == "sm80" else 9)
 
 
 _warned: set[str] = set()
@@ -302,10 +307,19 @@ _REFERENCE = {
 }
 
 
+def _cuda_quantize_per_token(x):
+    """The CUDA per-token quantizer, its outputs in row-padded storage as the other GPU
+    producers allocate theirs (w8a8.rows)."""
+    m = math.prod(x.shape[:-1]) if isinstance(x, torch.Tensor) and x.dim() > 0 else 0
+    return torch.ops.w8a8.quantize_per_token_cuda.default(x, rows.padded_rows(m))
+
+
 def kernel(op: str, backend: str):
     """The callable of a kernel: its torch op, or the validated reference."""
     if backend == "reference":
         return _REFERENCE[op]
+    if (op, backend) == ("quantize_per_token", "cuda"):
+        return _cuda_quantize_per_token
     return getattr(torch.ops.w8a8, f"{op}_{backend}").default
 
 

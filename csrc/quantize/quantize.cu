@@ -2,9 +2,9 @@
 //
 // Exactness: divisions are __fdiv_rn (IEEE round to nearest, whatever the
 // compiler flags), rounding is half to even (rintf in the static kernel, the
-// magic-number sum in the per-token one: kRintMagic), non-finite values are
-// detected with |v| <= FLT_MAX (false for Inf and NaN) and never enter the
-// max, so NaN propagation rules of fmaxf do not matter.
+// magic-number sum in the per-token one: kRintMagic); the per-token kernel's
+// row max keeps Inf and tests NaN apart (RowMax), and a row holding either
+// takes the reference's special rules, whatever its max.
 //
 // Launch shapes of the per-token kernel (Launch below picks one per call):
 //   * 32..512 threads per row, the row held in registers, 2 to 8 vectors per thread at
@@ -78,12 +78,63 @@ struct alignas(kVec) Codes {
   int8_t v[kVec];
 };
 
+// The same bytes as whole words, where kVec is a multiple of 4 (the per-token kernel packs them so).
 template <int kVec>
-__device__ __forceinline__ void store(int8_t* p, const Codes<kVec>& codes) {
-  *reinterpret_cast<Codes<kVec>*>(p) = codes;
+struct alignas(kVec) CodeWords {
+  uint32_t w[kVec / 4];
+};
+
+template <int kVec>
+using PackedCodes = std::conditional_t<kVec % 4 == 0, CodeWords<kVec>, Codes<kVec>>;
+
+template <int kVec, template <int> class C>
+__device__ __forceinline__ void store(int8_t* p, const C<kVec>& codes) {
+  *reinterpret_cast<C<kVec>*>(p) = codes;
 }
 
-__device__ __forceinline__ bool is_finite(float v) { return fabsf(v) <= FLT_MAX; }
+// One thread's share of a row's largest |x| and whether the row holds Inf or NaN. fmaxf
+// drops NaN and keeps Inf, so NaN is tested apart and an Inf shows as an infinite max.
+// 16-byte vectors of a 16-bit type compare magnitude bits two at a time instead, unwidened
+// (sign cleared, the integer order of the bits is the order of |x|, with Inf and then NaN
+// above every finite value).
+template <class T>
+struct RowMax {
+  float amax = 0.0f;
+  bool nan = false;
+  uint32_t halves = 0;  // 16-bit T: the largest magnitude bits seen in each half of a word
+
+  template <int kVec>
+  __device__ __forceinline__ void add(const Raw<T, kVec>& raw) {
+    if constexpr (sizeof(T) == 2 && kVec * sizeof(T) == 16) {
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) halves = __vmaxu2(halves, w[i] & 0x7fff7fffu);
+    } else {
+      float v[kVec];
+      widen<T, kVec>(raw, v);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        amax = fmaxf(amax, fabsf(v[i]));
+        nan = nan || v[i] != v[i];
+      }
+    }
+  }
+
+  // The finite max where the row holds no Inf / NaN (bad false); anything where it does.
+  __device__ __forceinline__ void finish(float& max_out, bool& bad) const {
+    float m = amax;
+    bool b = nan || !(amax <= FLT_MAX);
+    if constexpr (sizeof(T) == 2) {
+      const uint32_t top = max(halves & 0xffffu, halves >> 16);
+      constexpr uint32_t kInfBits = std::is_same_v<T, __half> ? 0x7c00u : 0x7f80u;
+      const uint16_t top16 = static_cast<uint16_t>(top);
+      b = b || top >= kInfBits;
+      m = fmaxf(m, to_float(*reinterpret_cast<const T*>(&top16)));
+    }
+    max_out = m;
+    bad = b;
+  }
+};
 
 // Threads of a block: whole rows, at least 256 threads (several rows when rows are short).
 template <int kThreadsPerRow>
@@ -122,11 +173,13 @@ __device__ __forceinline__ void reduce_row(float& amax, bool& bad) {
   }
 }
 
-// rint(v / scale) without an IEEE division per element: v * (1 / scale) with one fma
-// correction is within ~1.5 ulp of the correctly rounded quotient, so it can round
-// differently only next to a half-integer. |y| <= 127.x on quantizable rows (ulp <= 2^-17):
-// values within kTieMargin (8 ulp) of a half-integer, and rows whose reciprocal is not a
-// normal number (exact_row), take __fdiv_rn. Bit-identical to the reference either way.
+// rint(v / scale) without an IEEE division per element: y = v * (1 / scale), two roundings
+// (the reciprocal's and the product's), is within 2^-23 |y| of the quotient, under 2^-16 for
+// |y| <= 127.0001 (the quantizable rows: every |v| <= amax and scale = RN(amax / 127)). It can
+// round to another integer than the quotient only where the two straddle a half-integer, so
+// values whose y lies within kTieMargin (2^-14, four times that bound) of one, and rows whose
+// reciprocal is not a normal number (exact_row), take __fdiv_rn. Bit-identical to the
+// reference either way; no clamp on the fast path (|y| < 127.5 rounds into [-127, 127]).
 constexpr float kTieMargin = 1.0f / 16384.0f;  // 2^-14
 
 // A row's scale, from its finite amax and whether it holds Inf/NaN (the reference's rules).
@@ -134,7 +187,7 @@ struct RowScale {
   float stored;     // what scale[row] holds: amax / 127, NaN for a row with Inf/NaN
   bool quantizable; // finite and not all zero; other rows quantize to 0
   float divisor;    // the scale codes divide by (1 where not quantizable)
-  float inv;        // 1 / divisor, for the corrected reciprocal product
+  float inv;        // 1 / divisor, for the reciprocal product
   bool exact_row;   // the reciprocal is not a normal number: divide every value
 
   __device__ __forceinline__ RowScale(float amax, bool bad) {
@@ -148,33 +201,42 @@ struct RowScale {
 };
 
 // 1.5 * 2^23: adding it to |y| <= 2^22 rounds y half to even, and the sum's bits are
-// 0x4B400000 + rint(y), so the low byte is rint(y) as int8 (y clamped to [-128, 127] first;
-// the bounds are integers, so clamping before rounding gives the same code).
+// 0x4B400000 + rint(y), so the low byte is rint(y) as int8 (y clamped to [-128, 127] first
+// where it may leave that range; the bounds are integers, so clamping before rounding gives
+// the same code).
 constexpr float kRintMagic = 12582912.0f;
 
 template <int kVec>
-__device__ __forceinline__ Codes<kVec> quantize_per_token_codes(const float (&v)[kVec], const RowScale& rs) {
-  float y[kVec];
+__device__ __forceinline__ PackedCodes<kVec> quantize_per_token_codes(const float (&v)[kVec], const RowScale& rs) {
+  float sum[kVec];  // y + kRintMagic: rint(y) in the low byte
   bool exact = rs.exact_row;
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    const float y0 = v[i] * rs.inv;
-    y[i] = fminf(fmaxf(fmaf(fmaf(-y0, rs.divisor, v[i]), rs.inv, y0), kQMin), kQMax);
-    const float r = __fadd_rn(__fadd_rn(y[i], kRintMagic), -kRintMagic);
-    exact = exact || fabsf(fabsf(y[i] - r) - 0.5f) <= kTieMargin;
+    const float y = __fmul_rn(v[i], rs.inv);  // _rn: no contraction into the sum below
+    sum[i] = __fadd_rn(y, kRintMagic);
+    // y - rint(y), exact, in [-0.5, 0.5]: near +-0.5 the quotient may round the other way.
+    exact = exact || fabsf(__fsub_rn(y, __fsub_rn(sum[i], kRintMagic))) >= 0.5f - kTieMargin;
   }
   // Rare (about one vector in a thousand on random data): a value next to a half-integer
   // anywhere in the vector sends the whole vector through the IEEE division, so the
   // common path has one branch per vector, not one per value.
   if (exact) {
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) y[i] = fminf(fmaxf(__fdiv_rn(v[i], rs.divisor), kQMin), kQMax);
+    for (int i = 0; i < kVec; ++i) sum[i] = __fadd_rn(fminf(fmaxf(__fdiv_rn(v[i], rs.divisor), kQMin), kQMax), kRintMagic);
   }
-  Codes<kVec> codes;
+  PackedCodes<kVec> codes;
+  if constexpr (kVec % 4 == 0) {  // the low bytes of four sums to a word: three byte permutes
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    const int bits = __float_as_int(__fadd_rn(y[i], kRintMagic));
-    codes.v[i] = rs.quantizable ? static_cast<int8_t>(bits) : int8_t(0);
+    for (int i = 0; i < kVec / 4; ++i) {
+      const uint32_t lo = __byte_perm(__float_as_uint(sum[4 * i]), __float_as_uint(sum[4 * i + 1]), 0x0040);
+      const uint32_t hi = __byte_perm(__float_as_uint(sum[4 * i + 2]), __float_as_uint(sum[4 * i + 3]), 0x0040);
+      codes.w[i] = rs.quantizable ? __byte_perm(lo, hi, 0x5410) : 0u;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      codes.v[i] = rs.quantizable ? static_cast<int8_t>(__float_as_int(sum[i])) : int8_t(0);
+    }
   }
   return codes;
 }
@@ -200,21 +262,14 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
   int8_t* qr = q + row * k;
   const int64_t vecs = k / kVec;
 
-  float amax = 0.0f;
-  bool bad = false;
-  auto accumulate = [&](const float (&v)[kVec]) {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      const bool finite = is_finite(v[i]);
-      amax = fmaxf(amax, finite ? fabsf(v[i]) : 0.0f);
-      bad = bad || !finite;
-    }
-  };
-
+  float amax;
+  bool bad;
+  RowMax<T> row_max;
   if constexpr (kMaxVecs > 0) {
-    // All loads first, unconditionally (past-the-end slots re-read the row's last vector
-    // and are masked below): with a bound check around each load the compiler waited for
-    // every load before issuing the next (sm_90 SASS), leaving one 16-byte load in flight.
+    // All loads first, unconditionally (past-the-end slots re-read the row's last vector,
+    // which cannot change the max, and store nothing): with a bound check around each load
+    // the compiler waited for every load before issuing the next (sm_90 SASS), leaving one
+    // 16-byte load in flight.
     Raw<T, kVec> raw[kMaxVecs];
 #pragma unroll
     for (int j = 0; j < kMaxVecs; ++j) {
@@ -222,15 +277,8 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
       raw[j] = load_raw<T, kVec>(xr + (idx < vecs ? idx : vecs - 1) * kVec);
     }
 #pragma unroll
-    for (int j = 0; j < kMaxVecs; ++j) {  // branch-free, so that no load waits behind it
-      float v[kVec];
-      widen<T, kVec>(raw[j], v);
-      if (lane + int64_t(j) * kThreadsPerRow >= vecs) {
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) v[i] = 0.0f;
-      }
-      accumulate(v);
-    }
+    for (int j = 0; j < kMaxVecs; ++j) row_max.template add<kVec>(raw[j]);
+    row_max.finish(amax, bad);
     reduce_row<kThreadsPerRow>(amax, bad);
     const RowScale rs(amax, bad);
     if (row_ok && lane == 0) scale_out[row] = rs.stored;
@@ -240,15 +288,14 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
       if (row_ok && idx < vecs) {
         float v[kVec];
         widen<T, kVec>(raw[j], v);
-        store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v, rs));
+        store(qr + idx * kVec, quantize_per_token_codes<kVec>(v, rs));
       }
     }
   } else {
     for (int64_t idx = lane; idx < vecs; idx += kThreadsPerRow) {
-      float v[kVec];
-      load<T, kVec>(xr + idx * kVec, v);
-      accumulate(v);
+      row_max.template add<kVec>(load_raw<T, kVec>(xr + idx * kVec));
     }
+    row_max.finish(amax, bad);
     reduce_row<kThreadsPerRow>(amax, bad);
     const RowScale rs(amax, bad);
     if (!row_ok) return;  // after the last block-wide reduction
@@ -256,7 +303,7 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
     for (int64_t idx = lane; idx < vecs; idx += kThreadsPerRow) {
       float v[kVec];
       load<T, kVec>(xr + idx * kVec, v);
-      store<kVec>(qr + idx * kVec, quantize_per_token_codes<kVec>(v, rs));
+      store(qr + idx * kVec, quantize_per_token_codes<kVec>(v, rs));
     }
   }
 }

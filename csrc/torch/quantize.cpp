@@ -3,9 +3,10 @@
 //
 // Kernel ops (namespace w8a8; the public ops w8a8::quantize_per_token /
 // quantize_static route to them):
-//   quantize_per_token_cuda(Tensor x) -> (Tensor, Tensor)
+//   quantize_per_token_cuda(Tensor x, int rows=0) -> (Tensor, Tensor)
 //       x [..., K] fp32/fp16/bf16, K >= 1, unit stride along K -> q [..., K] int8,
-//       scale [..., 1] fp32
+//       scale [..., 1] fp32; rows: the rows their storage is allocated with (0: those of
+//       x), as w8a8/rows.py pads them for the sm90 GEMM (the pad rows are never written)
 //   quantize_static_cuda(Tensor x, Tensor scale, Tensor? zero_point) -> Tensor
 //       scale: one fp32 value on x's device; zero_point: one int8/int32 value or None
 // The math is w8a8/reference.py (quantize.h states it); the fakes are registered in Python.
@@ -58,16 +59,22 @@ void check_kernels(const char* op, const at::Tensor& x, int64_t k) {
                      x.device());
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_per_token_op(const at::Tensor& x) {
+std::tuple<at::Tensor, at::Tensor> quantize_per_token_op(const at::Tensor& x, int64_t rows_allocated) {
   constexpr const char* op = "quantize_per_token";
   checks::quantize_per_token(x);
+  const int64_t k = x.size(-1);
+  const int64_t m = k == 0 ? 0 : x.numel() / k;
+  W8A8_CHECK_VALUE(op, rows_allocated == 0 || rows_allocated >= m,
+                   "rows (the rows the codes are allocated with) must be 0 or at least the ", m,
+                   " rows of x, got ", rows_allocated);
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor q = at::empty(x.sizes(), x.options().dtype(at::kChar));
+  // q and scale: views of the first m rows of storage with rows_allocated rows (w8a8/rows.py).
+  const int64_t padded = rows_allocated == 0 ? m : rows_allocated;
   std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
   scale_shape.back() = 1;
-  at::Tensor scale = at::empty(scale_shape, x.options().dtype(at::kFloat));
+  at::Tensor q = at::empty({padded * k}, x.options().dtype(at::kChar)).narrow(0, 0, m * k).view(x.sizes());
+  at::Tensor scale = at::empty({padded}, x.options().dtype(at::kFloat)).narrow(0, 0, m).view(scale_shape);
   if (x.numel() == 0) return {q, scale};
-  const int64_t k = x.size(-1);
   check_kernels(op, x, k);
   at::Tensor q_rows = q.view({-1, k});
   at::Tensor scale_rows = scale.view({-1, 1});
@@ -120,7 +127,7 @@ void quantize_static_checked(const char* op, const at::Tensor& rows, at::Tensor&
 }  // namespace w8a8
 
 TORCH_LIBRARY_FRAGMENT(w8a8, m) {
-  m.def("quantize_per_token_cuda(Tensor x) -> (Tensor, Tensor)");
+  m.def("quantize_per_token_cuda(Tensor x, int rows=0) -> (Tensor, Tensor)");
   m.def("quantize_static_cuda(Tensor x, Tensor scale, Tensor? zero_point) -> Tensor");
 }
 

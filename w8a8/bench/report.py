@@ -351,7 +351,7 @@ def quant_table() -> list[str]:
     ms = sorted({r["M"] for r in rows})
     body = [[role, str(k)] + [f"{idx[(kernel, m, k)]['us']:.1f}" + (f" ({idx[(kernel, m, k)]['pct_hbm']:.0f}%)" if m >= 2048 else "")
                               for m in ms]
-            for kernel, role in (("triton", "Triton (the default)"), ("cuda", "CUDA (in the one-call linear)"))
+            for kernel, role in (("cuda", "CUDA (the default on Hopper)"), ("triton", "Triton (the default elsewhere)"))
             for k in sorted({r["K"] for r in rows})]
     return _table(["kernel", "K"] + [f"M={m}" for m in ms], body)
 
