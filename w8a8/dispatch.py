@@ -310,7 +310,7 @@ _REFERENCE = {
 def _cuda_quantize_per_token(x):
     """The CUDA per-token quantizer, its outputs in row-padded storage as the other GPU
     producers allocate theirs (w8a8.rows)."""
-    m = math.prod(x.shape[:-1]) if isinstance(x, torch.Tensor) and x.dim() > 0 else 0
+    m = math.prod(x.shape[:-1]) if isinstance(x, torch.Tensor) else 0  # the op refuses what it cannot take
     return torch.ops.w8a8.quantize_per_token_cuda.default(x, rows.padded_rows(m))
 
 

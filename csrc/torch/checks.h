@@ -195,6 +195,15 @@ struct GemmKernels {
 constexpr GemmKernels kSm90Kernels{"sm90", "TMA"};
 constexpr GemmKernels kSm80Kernels{"sm80", "cp.async"};
 
+// The rows a kernel op allocates its activation codes with (w8a8/rows.py pads them for the
+// sm90 GEMM): `rows` 0 means x's own m; otherwise it must hold them. `what` names x's rows
+// in the message ("tokens", "rows"). Returns the rows to allocate.
+inline int64_t allocated_rows(const char* op, int64_t rows, int64_t m, const char* what) {
+  W8A8_CHECK_VALUE(op, rows == 0 || rows >= m, "rows (the rows the codes are allocated with) must be 0 or at least the ",
+                   m, " ", what, " of x, got ", rows);
+  return rows == 0 ? m : rows;
+}
+
 // Row pitch of a 2-D operand as the kernels read it. A single-row tensor's outer
 // stride is never used to step (PyTorch may report any value for a size-1 dim), so it
 // is read as the packed pitch, rounded up to the 16-byte rule.

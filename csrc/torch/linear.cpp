@@ -48,10 +48,7 @@ at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::
   out_shape.back() = n;
   int64_t m = 1;
   for (size_t d = 0; d + 1 < out_shape.size(); ++d) m *= out_shape[d];
-  W8A8_CHECK_VALUE(kOp, rows_allocated == 0 || rows_allocated >= m,
-                   "rows (the rows the codes are allocated with) must be 0 or at least the ", m,
-                   " tokens of x, got ", rows_allocated);
-  const int64_t padded = rows_allocated == 0 ? m : rows_allocated;
+  const int64_t padded = checks::allocated_rows(kOp, rows_allocated, m, "tokens");
   const int config_id = sm90_config_id(kOp, config);  // checked before any early return
   // The composed definition quantizes x per token first, which refuses K = 0 with its
   // own message: the same error here.

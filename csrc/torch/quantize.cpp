@@ -62,14 +62,11 @@ void check_kernels(const char* op, const at::Tensor& x, int64_t k) {
 std::tuple<at::Tensor, at::Tensor> quantize_per_token_op(const at::Tensor& x, int64_t rows_allocated) {
   constexpr const char* op = "quantize_per_token";
   checks::quantize_per_token(x);
-  const int64_t k = x.size(-1);
-  const int64_t m = k == 0 ? 0 : x.numel() / k;
-  W8A8_CHECK_VALUE(op, rows_allocated == 0 || rows_allocated >= m,
-                   "rows (the rows the codes are allocated with) must be 0 or at least the ", m,
-                   " rows of x, got ", rows_allocated);
+  const int64_t k = x.size(-1);  // >= 1 (checked)
+  const int64_t m = x.numel() / k;
+  // q and scale: views of the first m rows of storage with `padded` rows (w8a8/rows.py).
+  const int64_t padded = checks::allocated_rows(op, rows_allocated, m, "rows");
   const c10::cuda::CUDAGuard guard(x.device());
-  // q and scale: views of the first m rows of storage with rows_allocated rows (w8a8/rows.py).
-  const int64_t padded = rows_allocated == 0 ? m : rows_allocated;
   std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
   scale_shape.back() = 1;
   at::Tensor q = at::empty({padded * k}, x.options().dtype(at::kChar)).narrow(0, 0, m * k).view(x.sizes());
