@@ -61,7 +61,7 @@ struct ScaledMmSm90Params : ScaledMmProblem {
   // writes b (the weights): w8a8::linear, whose kernel before the GEMM is its own
   // quantizer. The CUTLASS GEMM (a programmatic dependent of the kernel before it, as
   // every launch of it is) then loads its first weight tiles before waiting for that
-  // kernel (scaled_mm_sm90_mainloop.cuh).
+  // kernel (scaled_mm_sm90_mainloop.cuh; how many: WeightsFirstPolicy).
   bool weights_ready = false;
 };
 

@@ -58,6 +58,47 @@ template <class Config>
 struct PrefetchKTiles<Config, std::void_t<decltype(Config::kPrefetchKTiles)>>
     : std::integral_constant<int, Config::kPrefetchKTiles> {};
 
+// The K blocks of weights each CTA loads before its wait when the kernel ahead is
+// w8a8::linear's quantizer (ScaledMmSm90Params::weights_ready; scaled_mm_sm90_mainloop.cuh).
+// Every stage of the pipeline, as this path first loaded, overfills the quantizer's
+// window where K is short: the first wave's weight loads pass what HBM delivers while the
+// quantizer runs, the quantizer's reads and the activation loads after the wait queue
+// behind them, and the single op ran slower than quantize + scaled_mm launched apart
+// (4096 x 4096 at M = 96: 11.8 against 11.1 us). So the stages are capped by a byte
+// budget that grows with the quantizer's time, which grows with K (a row per warp or
+// block: 2.0 us at K = 4096, 3.7 at 14336, 5.3 at 28672, quant_serving_h100.json):
+// 2 MiB + 384 bytes per element of K, over the distinct weight bytes one stage of the
+// first wave loads (CTAs on the same weight tile share them). H100, W8A8Linear as the
+// single op against 2, 3, 4, 6 and every stage forced (one build, interleaved graph
+// replays; 8 shapes at M = 16..256, then 7 shapes at 16..128): never more than 1.7%
+// behind the best of them, 0.7% less time than every stage over the 64-point serving
+// grid, up to 9% less at M = 64..128 on K = 4096 (4096 x 4096 at 96: 10.7 against 11.8
+// us, at 128 10.5 against 11.1; 6144 x 4096 at 64 13.0 against 13.8); K = 14336 and
+// 28672 keep (nearly) every stage, which is fastest there.
+struct WeightsFirstPolicy {
+  static constexpr int64_t kBaseBytes = int64_t(2) << 20;
+  static constexpr int64_t kBytesPerK = 384;
+  // m: the GEMM's token rows (as padded); weight_rows / token_cols / tile_k: the tile's
+  // extent over the weights, the tokens and K; stages: the pipeline's. At least 1; one CTA
+  // per SM (the configs take most of its shared memory).
+  static constexpr int stages(int64_t m, int64_t n, int64_t k, int sm_count, int64_t weight_rows,
+                              int64_t token_cols, int64_t tile_k, int stages) {
+    const int64_t weight_tiles = (n + weight_rows - 1) / weight_rows;
+    const int64_t token_tiles = (m + token_cols - 1) / token_cols;
+    const int64_t resident = weight_tiles * token_tiles < sm_count ? weight_tiles * token_tiles : sm_count;
+    const int64_t first_wave_weight_tiles = (resident + token_tiles - 1) / token_tiles;
+    const int64_t distinct = first_wave_weight_tiles < weight_tiles ? first_wave_weight_tiles : weight_tiles;
+    const int64_t budget = kBaseBytes + kBytesPerK * k;
+    const int64_t fit = budget / (distinct * weight_rows * tile_k);
+    return fit < 1 ? 1 : fit > stages ? stages : static_cast<int>(fit);
+  }
+};
+// The picks quoted above (132 SMs; 7 / 5 stages on the 48-token pair / the 64x96 tile).
+static_assert(WeightsFirstPolicy::stages(96, 4096, 4096, 132, 64, 48, 256, 7) == 3, "4096 x 4096, M = 96");
+static_assert(WeightsFirstPolicy::stages(96, 6144, 4096, 132, 64, 96, 256, 5) == 2, "6144 x 4096, M = 96");
+static_assert(WeightsFirstPolicy::stages(96, 10240, 8192, 132, 64, 96, 256, 5) == 2, "10240 x 8192, M = 96");
+static_assert(WeightsFirstPolicy::stages(96, 4096, 14336, 132, 64, 48, 256, 7) == 7, "4096 x 14336, M = 96");
+
 // Split / stream-K requests at M <= 64 (CUTLASS's stream-K scheduler needs
 // the cooperative kernel, so 128 weight rows per tile). 16 token columns: the
 // smallest tile that covers a 16-row batch (wgmma N = 16). Data-parallel it
@@ -283,9 +324,11 @@ struct Sm90SwapABCoop128x64x128_1x2 {
 // 48 / 64 / 96 / 128 / 192 21.9 / 21.9 / 22.2 / 22.2 / 24.2 / 24.1 / 26.6 us against 22.4 /
 // 22.8 / 23.1 / 23.3 / 25.8 / 25.3 / 29.6; 4096 x 4096 7.6 / 7.8 / 7.8 / 7.9 / 9.0 / 8.6 / 9.3
 // against 7.8 / 7.7 / 8.0 / 8.0 / 8.8 / 9.1 / 9.9. At 256 (scaled_mm_k128_h100.json) 10.2
-// against 11.2 and 27.6 against 31.0 for the swap-AB 128x64 1x2 tile. One loss kept for a rule without
-// exceptions: W8A8Linear on 4096 x 4096 at M = 65..96, 11.9 us against 11.3 on the 64x96
-// one-token-tile rung (linear_rows_h100.json, across runs), where 4096 x 14336 gains 0-5%.
+// against 11.2 and 27.6 against 31.0 for the swap-AB 128x64 1x2 tile. W8A8Linear on
+// 4096 x 4096 at M = 65..96 took 11.9 us against 11.3 on the 64x96 one-token-tile rung while
+// the single op loaded every stage's weights before its wait; under WeightsFirstPolicy's
+// budget the pair takes 10.8 (linear_single_op_h100.json), the 64x96 tile 10.9-11.2 (forced,
+// one run).
 // Where two CTAs per weight tile pass one wave they lose: 6144 x 4096 12.8 against 11.7 us
 // at M = 64.
 template <int kTokens, int kTileK, int kPrefetch, int kTokenTiles = 2>

@@ -187,7 +187,14 @@ struct ScaledMmSm90Arguments {
     args.mainloop.dA = stride_a;
     args.mainloop.ptr_B = G::kSwapAB ? p.a : p.b;
     args.mainloop.dB = stride_b;
-    args.mainloop.weights_first = p.weights_ready;
+    if (p.weights_ready) {
+      constexpr int kWeightRows = cute::size<G::kSwapAB ? 0 : 1>(typename G::TileShape{});
+      constexpr int kTokenCols = cute::size<G::kSwapAB ? 1 : 0>(typename G::TileShape{});
+      constexpr int kStages = G::CollectiveMainloop::DispatchPolicy::Stages;
+      args.mainloop.weights_first_stages =
+          WeightsFirstPolicy::stages(p.m, p.n, p.k, p.sm_count, kWeightRows, kTokenCols,
+                                     cute::size<2>(typename G::TileShape{}), kStages);
+    }
     args.epilogue = {G::Epilogue::arguments(epilogue_inputs), nullptr, stride_d,
                      static_cast<ElementOut*>(p.out), stride_d};
     args.hw_info.device_id = p.device_id;

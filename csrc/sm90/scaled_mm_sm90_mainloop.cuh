@@ -6,12 +6,13 @@
 // Why: W8A8Linear runs its activation quantizer and then the GEMM. Launched as
 // the quantizer's programmatic dependent, the GEMM's CTAs start while the
 // quantizer runs; the weights do not depend on it (ScaledMmSm90Params::
-// weights_ready), so each CTA loads the weight tiles of its first `Stages` K
-// blocks into shared memory, then waits for the quantizer (griddepcontrol.wait),
+// weights_ready), so each CTA loads the weight tiles of its first K blocks into
+// shared memory (as many stages as WeightsFirstPolicy allots, in
+// scaled_mm_sm90_configs.cuh), then waits for the quantizer (griddepcontrol.wait),
 // then loads the activation tiles of those stages and goes on as CUTLASS's loop
 // does.
 //
-// Otherwise (weights_first false: a plain scaled_mm, whose weights a kernel
+// Otherwise (weights_first_stages 0: a plain scaled_mm, whose weights a kernel
 // still running ahead of it may be writing) the CTA reads nothing before the
 // wait, but it asks for its first kPrefetchKTiles weight tiles in L2 (TMA
 // prefetch, cp.async.bulk.prefetch.tensor). A prefetch is a hint, not a read in
@@ -73,22 +74,23 @@ struct WeightsFirstMainloop : Base {
   using typename Base::GmemTiledCopyA;
   using typename Base::GmemTiledCopyB;
 
-  // weights_first: the kernel before is w8a8::linear's quantizer (ScaledMmSm90Params::
-  // weights_ready). Otherwise CUTLASS's order: there, every stage's weights ahead of the
+  // weights_first_stages > 0: the kernel before is w8a8::linear's quantizer
+  // (ScaledMmSm90Params::weights_ready), and the stages whose weights load before the wait
+  // (WeightsFirstPolicy). Otherwise CUTLASS's order: there, every stage's weights ahead of the
   // first stage's activations delayed the first MMA and cost 5-10% at M = 32..256 on
   // 4096 x 4096 and 6144 x 4096 (H100, scaled_mm_serving).
   struct Arguments : Base::Arguments {
-    bool weights_first = false;
+    int weights_first_stages = 0;
   };
   struct Params : Base::Params {
-    bool weights_first = false;
+    int weights_first_stages = 0;
   };
 
   template <class ProblemShape>
   static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args,
                                                   void* workspace) {
     Params params{Base::to_underlying_arguments(problem_shape, args, workspace)};
-    params.weights_first = args.weights_first;
+    params.weights_first_stages = args.weights_first_stages;
     return params;
   }
 
@@ -159,7 +161,7 @@ struct WeightsFirstMainloop : Base {
     };
 
     // A plain call's first tile: its first weight tiles into L2 before the wait.
-    if (first_tile_ && !mainloop_params.weights_first) {
+    if (first_tile_ && mainloop_params.weights_first_stages == 0) {
       KTileIterator prefetch_k = k_tile_iter;
       for (int i = 0; i < cute::min(k_tile_count, kPrefetchKTiles); ++i) {
         prefetch_weights(*prefetch_k);
@@ -170,7 +172,8 @@ struct WeightsFirstMainloop : Base {
     // Prologue (the CTA's first tile): the weights of the first stages, the wait, then
     // their activations.
     const int first =
-        first_tile_ && mainloop_params.weights_first ? cute::min(k_tile_count, int(DispatchPolicy::Stages)) : 0;
+        first_tile_ ? cute::min(cute::min(k_tile_count, int(DispatchPolicy::Stages)), mainloop_params.weights_first_stages)
+                    : 0;
     PipelineState weight_write = smem_pipe_write;
     KTileIterator weight_k = k_tile_iter;
     for (int i = 0; i < first; ++i) {
