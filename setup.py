@@ -43,6 +43,7 @@ SM90_SOURCES = [
     "csrc/sm90/instances/swap_ws_64x16x256_1x2.cu", "csrc/sm90/instances/swap_ws_64x32x256_1x2.cu",
     "csrc/sm90/instances/swap_ws_64x48x256_1x2.cu", "csrc/sm90/instances/swap_ws_64x64x256_1x2.cu",
     "csrc/sm90/instances/swap_ws_64x96x128_1x2.cu", "csrc/sm90/instances/swap_ws_64x128x128_1x2.cu",
+    "csrc/sm90/instances/coop_128x96x128_2x1.cu", "csrc/sm90/instances/coop_128x192x128_2x1.cu",
     "csrc/decode/scaled_mm_gemv.cu", "csrc/decode/scaled_mm_skinny.cu",
     "csrc/quantize/quantize.cu",
 ]

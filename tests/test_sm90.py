@@ -191,7 +191,8 @@ def test_heuristic_plans():
                        (96, 10240, "swap_64x96x256_1x1_ws"), (96, 28672, "64x128x128_2x1_pingpong_swz8"),
                        (97, 4096, "swap_64x64x256_1x2_ws"), (128, 4096, "swap_64x64x256_1x2_ws"),
                        (97, 6144, "64x128x128_2x1_pingpong_swz8"), (193, 4096, "swap_64x128x128_1x2_ws"),
-                       (193, 6144, "128x128x128_2x1_pingpong_swz8"),
+                       (193, 6144, "128x96x128_2x1_coop"), (256, 10240, "128x192x128_2x1_coop"),
+                       (256, 8192, "128x128x128_2x1_pingpong_swz8"), (512, 6144, "128x192x128_2x1_coop"),
                        (256, 28672, "128x128x128_2x1_pingpong_swz8"), (300, 4096, "swap_128x96x128_1x2_coop"),
                        (384, 57344, "swap_128x192x128_1x1_coop"), (385, 4096, "128x128x128_2x1_pingpong_swz8")):
         assert plan(m, n, 4096)[0] == name, (m, n)

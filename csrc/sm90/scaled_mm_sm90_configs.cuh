@@ -164,6 +164,28 @@ struct Sm90Coop128x256x128_2x1 {
   static constexpr bool kSwapAB = false;
 };
 
+// Not swapped, cooperative, 128 token rows by kN weight columns, one tile per CTA in a
+// 2x1 cluster (the weight tile multicast to two token tiles): for M in (192, 256] and
+// (384, 512], where the 128x128 tile leaves a wave partly idle (6144 x 4096 at 256: 96
+// tiles on 132 SMs) or needs a second (10240 x 8192 at 256: 160). Cooperative, not
+// pingpong: with one tile per CTA both consumer warpgroups share it. OneWavePolicy picks
+// the width. H100, scaled_mm against the ladder's pingpong 128x128 (one run,
+// scaled_mm_onewave_h100.json): 6144 x 4096 at 256 14.0 (96 wide) against 15.1 us; 10240 x 8192
+// at 256 38.5 (192 wide) against 50.0, at 193 40.0 against 54.0; 6144 x 4096 at 512 20.2
+// (192 wide) against 23.9. In an earlier build, 160-wide tiles (128 CTAs on 10240) ran
+// 42.8 there, and a cooperative 128x128 tile tied the pingpong one (not kept).
+template <int kN>
+struct Sm90Coop128xNx128_2x1 {
+  using TileShape = Shape<_128, cute::Int<kN>, _128>;
+  using ClusterShape = Shape<_2, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = false;
+};
+using Sm90Coop128x96x128_2x1 = Sm90Coop128xNx128_2x1<96>;
+using Sm90Coop128x192x128_2x1 = Sm90Coop128xNx128_2x1<192>;
+
 #ifdef W8A8_SWEEP_CONFIGS
 // Sweep only (no heuristic picks it): 256x128 cooperative, 1x2 cluster. Best at
 // 8192^3 (1405 TOP/s; 1434 with swizzle 8, raster along M), within 3% of
@@ -503,7 +525,7 @@ enum ConfigId : int {
   kSwap128x16StreamK,       // split / stream-K requests, M <= 64
   kSwap128x64StreamK,       // split / stream-K requests, M in (64, 256]
   kPingpong64x128,          // ladder: M in (96, 128]
-  kPingpong128x128,         // ladder: M in (384, 512]; (192, 256] with N > 4096
+  kPingpong128x128,         // ladder: M in (384, 512] and (192, 256] with N > 4096, where OneWavePolicy picks it
   kCoop128x256RasterN,      // ladder: M > 512 (swizzle 8, raster along N)
   kCoop128x128StreamK,      // split / stream-K requests, M > 256
   kGemvSplit1,              // "auto": M <= 4 (GemvPolicy)
@@ -520,7 +542,9 @@ enum ConfigId : int {
   kSwap64x48Cluster,        // ladder: M in (64, 96] with N <= 32 x SMs
   kSwap64x64Cluster,        // ladder: M in (96, 128] with N <= 32 x SMs
   kSwap64x96Cluster,        // ladder: M in (128, 192] with N <= 32 x SMs
-  kSwap64x128Cluster,       // ladder: M in (192, 256] with N <= 32 x SMs
+  kSwap64x128Cluster,
+  kCoop128x96Cluster,       // ladder: M in (192, 256] / (384, 512] where its tiles fill one wave best (OneWavePolicy)
+  kCoop128x192Cluster,      // the same       // ladder: M in (192, 256] with N <= 32 x SMs
 #ifdef W8A8_SWEEP_CONFIGS
   kCoop256x128RasterM,        // Sm90Coop256x128x128_1x2, swizzle 8, raster along M
   kCoop128x256RasterM,        // Sm90Coop128x256x128_2x1, swizzle 8, raster along M
@@ -581,9 +605,11 @@ constexpr int64_t weight_tiles(int64_t n, int64_t rows) { return (n + rows - 1) 
 //   M <= 256: N <= 4096 (32 weight tiles of 128 rows): swap-AB 128x64 is
 //             25-30% faster than 128x128 tiles (16 tiles for 132 SMs), in
 //             a 1x2 cluster (every launch starts early);
-//             larger N: 128x128 pingpong, best on 4/5 of those shapes.
+//             larger N: 128-row token tiles 96, 128 or 192 weights wide,
+//             whichever fills one wave best, else 128x128 pingpong (OneWavePolicy).
 //   M <= 384: swap-AB tiles covering 384 tokens (Rung384Policy).
-//   M <= 512: 128x128 pingpong: best on 5/8, up to 40% ahead of 128x256
+//   M <= 512: the same choice over four token tiles (OneWavePolicy); the
+//             128x128 pingpong tile was best on 5/8, up to 40% ahead of 128x256
 //             (wave quantization: 4 x N/256 tiles leave SMs idle); 7-9%
 //             behind it on N = 57344 and K = 28672.
 //   M > 512:  128x256 cooperative, 2x1 cluster, swizzle 8, raster along N.
@@ -654,6 +680,36 @@ struct PairedTokenTilesPolicy {
   }
 };
 
+// M in (192, 256] with N > 4096 and M in (384, 512]: 2 or 4 token tiles of 128 rows, and
+// of the weight widths 96, 128 and 192 the one whose tiles make the most CTAs within one
+// wave (the 2x1-cluster tiles above; 128: the pingpong tile the ladder ran before, which
+// ties the cooperative one there); where none fits one wave, the pingpong 128x128.
+// H100 (scaled_mm_onewave_h100.json): 6144 x 4096 -> 96 (256 rows) and 192 (512),
+// 10240 x 8192 -> 192 (256), 8192 x 8192 and 4096 x 4096 -> 128; 28672 x 4096 at 256
+// and 10240 x 8192 at 512 fit no wave, where the pingpong tile was fastest or within 1%.
+struct OneWavePolicy {
+  static constexpr int config(int64_t n, int64_t token_tiles, int sm_count) {
+    const int widths[] = {96, 128, 192};
+    const int ids[] = {kCoop128x96Cluster, kPingpong128x128, kCoop128x192Cluster};
+    int best = kPingpong128x128;
+    int64_t best_ctas = 0;
+    for (int i = 0; i < 3; ++i) {
+      const int64_t ctas = token_tiles * weight_tiles(n, widths[i]);
+      if (ctas <= sm_count && ctas > best_ctas) {
+        best = ids[i];
+        best_ctas = ctas;
+      }
+    }
+    return best;
+  }
+};
+static_assert(OneWavePolicy::config(6144, 2, 132) == kCoop128x96Cluster, "6144 x 4096 at 256");
+static_assert(OneWavePolicy::config(10240, 2, 132) == kCoop128x192Cluster, "10240 x 8192 at 256");
+static_assert(OneWavePolicy::config(8192, 2, 132) == kPingpong128x128, "8192 x 8192 at 256");
+static_assert(OneWavePolicy::config(28672, 2, 132) == kPingpong128x128, "28672 x 4096 at 256");
+static_assert(OneWavePolicy::config(6144, 4, 132) == kCoop128x192Cluster, "6144 x 4096 at 512");
+static_assert(OneWavePolicy::config(4096, 4, 132) == kPingpong128x128, "4096 x 4096 at 512");
+
 inline int select_config(int64_t m, int64_t n, int sm_count) {
   if (m <= PairedTokenTilesPolicy::kMaxM && PairedTokenTilesPolicy::serves(n, sm_count)) {
     return PairedTokenTilesPolicy::config(m);
@@ -665,9 +721,9 @@ inline int select_config(int64_t m, int64_t n, int sm_count) {
   if (m <= Rung96Policy::kMaxM && Rung96Policy::serves(n, sm_count)) return kSwap64x96;
   if (m_pow2 <= 128) return n <= 4096 ? kWarpSpecialized64x64 : kPingpong64x128;
   if (m <= Rung192Policy::kMaxM) return Rung192Policy::config(n, sm_count);
-  if (m_pow2 <= 256) return n > 4096 ? kPingpong128x128 : kSwap128x64Cluster;
+  if (m_pow2 <= 256) return n > 4096 ? OneWavePolicy::config(n, 2, sm_count) : kSwap128x64Cluster;
   if (m <= Rung384Policy::kMaxM) return Rung384Policy::config(n, sm_count);
-  if (m_pow2 <= 512) return kPingpong128x128;
+  if (m_pow2 <= 512) return OneWavePolicy::config(n, 4, sm_count);
   return kCoop128x256RasterN;
 }
 

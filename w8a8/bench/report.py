@@ -58,6 +58,12 @@ SOURCES = {
                                       "--configs <those entries> --tag tilesweep_h100 (and --m 5,8,12,16,24)"),
     "scaled_mm_serving_h100.json": ("the serving regime, M = 16..256, every GEMM", _SERVING),
     "linear_serving_h100.json": ("`W8A8Linear` end to end, M = 16..256", _SERVING),
+    "scaled_mm_onewave_h100.json": ("M = 193..512: the 2x1-cluster cooperative 128x96 and 128x192 tiles "
+                                    "(OneWavePolicy) beside the ladder and the 128x128 pingpong tile",
+                                    f"{_MM} --backends sm90 --m 193,256,320,384,512 --shapes 6144x4096,10240x8192,"
+                                    "4096x4096,8192x8192,28672x4096,4096x14336,57344x8192,8192x28672 --configs "
+                                    "128x96x128_2x1_coop,128x192x128_2x1_coop,128x128x128_2x1_pingpong_swz8 "
+                                    "--tag onewave_h100"),
     "scaled_mm_continuity_h100.json": ("sm90, every M of 1..256 on the Llama-3-8B shapes",
                                        f"{_MM} --backends sm90 --m 1..256 --shapes "
                                        "6144x4096,4096x4096,28672x4096,4096x14336 --tag continuity_h100"),
