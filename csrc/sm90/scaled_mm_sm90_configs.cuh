@@ -58,6 +58,10 @@ template <class Config>
 struct PrefetchKTiles<Config, std::void_t<decltype(Config::kPrefetchKTiles)>>
     : std::integral_constant<int, Config::kPrefetchKTiles> {};
 
+// Tiles of `rows` weight rows (output channels) that cover N: the CTAs per token tile of a
+// swap-AB tile, the unit the policies below count against the SMs.
+constexpr int64_t weight_tiles(int64_t n, int64_t rows) { return (n + rows - 1) / rows; }
+
 // The K blocks of weights each CTA loads before its wait when the kernel ahead is
 // w8a8::linear's quantizer (ScaledMmSm90Params::weights_ready; scaled_mm_sm90_mainloop.cuh).
 // Every stage of the pipeline, as this path first loaded, overfills the quantizer's
@@ -83,11 +87,11 @@ struct WeightsFirstPolicy {
   // per SM (the configs take most of its shared memory).
   static constexpr int stages(int64_t m, int64_t n, int64_t k, int sm_count, int64_t weight_rows,
                               int64_t token_cols, int64_t tile_k, int stages) {
-    const int64_t weight_tiles = (n + weight_rows - 1) / weight_rows;
     const int64_t token_tiles = (m + token_cols - 1) / token_cols;
-    const int64_t resident = weight_tiles * token_tiles < sm_count ? weight_tiles * token_tiles : sm_count;
-    const int64_t first_wave_weight_tiles = (resident + token_tiles - 1) / token_tiles;
-    const int64_t distinct = first_wave_weight_tiles < weight_tiles ? first_wave_weight_tiles : weight_tiles;
+    const int64_t tiles = weight_tiles(n, weight_rows) * token_tiles;
+    const int64_t resident = tiles < sm_count ? tiles : sm_count;
+    // The weight tiles the first wave covers (at most all of them, as resident <= tiles).
+    const int64_t distinct = (resident + token_tiles - 1) / token_tiles;
     const int64_t budget = kBaseBytes + kBytesPerK * k;
     const int64_t fit = budget / (distinct * weight_rows * tile_k);
     return fit < 1 ? 1 : fit > stages ? stages : static_cast<int>(fit);
@@ -151,29 +155,8 @@ struct Sm90Pingpong128x128x128_2x1 {
   static constexpr bool kSwapAB = false;
 };
 
-// The ladder's tile for M > 512 (compute-bound): 128x256 cooperative, 2x1
-// cluster. 1360 / 1386 / 1340 TOP/s at 8192^3 / 8192 x 57344 x 8192 /
-// 8192 x 28672 x 4096 with the persistent defaults; 1451 at 8192 x 57344 x 8192
-// with swizzle 8, raster along N (the table entry's options).
-struct Sm90Coop128x256x128_2x1 {
-  using TileShape = Shape<_128, _256, _128>;
-  using ClusterShape = Shape<_2, _1, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-  static constexpr bool kSwapAB = false;
-};
-
-// Not swapped, cooperative, 128 token rows by kN weight columns, one tile per CTA in a
-// 2x1 cluster (the weight tile multicast to two token tiles): for M in (192, 256] and
-// (384, 512], where the 128x128 tile leaves a wave partly idle (6144 x 4096 at 256: 96
-// tiles on 132 SMs) or needs a second (10240 x 8192 at 256: 160). Cooperative, not
-// pingpong: with one tile per CTA both consumer warpgroups share it. OneWavePolicy picks
-// the width. H100, scaled_mm against the ladder's pingpong 128x128 (one run,
-// scaled_mm_onewave_h100.json): 6144 x 4096 at 256 14.0 (96 wide) against 15.1 us; 10240 x 8192
-// at 256 38.5 (192 wide) against 50.0, at 193 40.0 against 54.0; 6144 x 4096 at 512 20.2
-// (192 wide) against 23.9. In an earlier build, 160-wide tiles (128 CTAs on 10240) ran
-// 42.8 there, and a cooperative 128x128 tile tied the pingpong one (not kept).
+// Not swapped, cooperative, 128 token rows by kN weight columns, 2x1 cluster (the weight
+// tile multicast to two token tiles).
 template <int kN>
 struct Sm90Coop128xNx128_2x1 {
   using TileShape = Shape<_128, cute::Int<kN>, _128>;
@@ -183,6 +166,22 @@ struct Sm90Coop128xNx128_2x1 {
   using TileScheduler = cutlass::gemm::PersistentScheduler;
   static constexpr bool kSwapAB = false;
 };
+
+// The ladder's tile for M > 512 (compute-bound): 128x256 cooperative, 2x1
+// cluster. 1360 / 1386 / 1340 TOP/s at 8192^3 / 8192 x 57344 x 8192 /
+// 8192 x 28672 x 4096 with the persistent defaults; 1451 at 8192 x 57344 x 8192
+// with swizzle 8, raster along N (the table entry's options).
+using Sm90Coop128x256x128_2x1 = Sm90Coop128xNx128_2x1<256>;
+
+// One tile per CTA, 96 or 192 weight columns wide: for M in (192, 256] and
+// (384, 512], where the 128x128 tile leaves a wave partly idle (6144 x 4096 at 256: 96
+// tiles on 132 SMs) or needs a second (10240 x 8192 at 256: 160). Cooperative, not
+// pingpong: with one tile per CTA both consumer warpgroups share it. OneWavePolicy picks
+// the width. H100, scaled_mm against the ladder's pingpong 128x128 (one run,
+// scaled_mm_onewave_h100.json): 6144 x 4096 at 256 14.0 (96 wide) against 15.1 us; 10240 x 8192
+// at 256 38.5 (192 wide) against 50.0, at 193 40.0 against 54.0; 6144 x 4096 at 512 20.2
+// (192 wide) against 23.9. In an earlier build, 160-wide tiles (128 CTAs on 10240) ran
+// 42.8 there, and a cooperative 128x128 tile tied the pingpong one (not kept).
 using Sm90Coop128x96x128_2x1 = Sm90Coop128xNx128_2x1<96>;
 using Sm90Coop128x192x128_2x1 = Sm90Coop128xNx128_2x1<192>;
 
@@ -542,9 +541,9 @@ enum ConfigId : int {
   kSwap64x48Cluster,        // ladder: M in (64, 96] with N <= 32 x SMs
   kSwap64x64Cluster,        // ladder: M in (96, 128] with N <= 32 x SMs
   kSwap64x96Cluster,        // ladder: M in (128, 192] with N <= 32 x SMs
-  kSwap64x128Cluster,
+  kSwap64x128Cluster,       // ladder: M in (192, 256] with N <= 32 x SMs
   kCoop128x96Cluster,       // ladder: M in (192, 256] / (384, 512] where its tiles fill one wave best (OneWavePolicy)
-  kCoop128x192Cluster,      // the same       // ladder: M in (192, 256] with N <= 32 x SMs
+  kCoop128x192Cluster,      // the same
 #ifdef W8A8_SWEEP_CONFIGS
   kCoop256x128RasterM,        // Sm90Coop256x128x128_1x2, swizzle 8, raster along M
   kCoop128x256RasterM,        // Sm90Coop128x256x128_2x1, swizzle 8, raster along M
@@ -581,10 +580,6 @@ enum ConfigId : int {
 #endif
   kNumConfigs
 };
-
-// Tiles of `rows` weight rows (output channels) that cover N: the CTAs per token tile of a
-// swap-AB tile, the unit the policies below count against the SMs.
-constexpr int64_t weight_tiles(int64_t n, int64_t rows) { return (n + rows - 1) / rows; }
 
 // The ladder on next_pow2(M) (192 between 128 and 256, 384 between 256 and 512) and N, from the config sweeps on
 // the H100 (CUDA-graph replay, 8 shapes from 4096 x 4096 to 57344 x 8192 as
