@@ -8,8 +8,8 @@
 //
 // Launch shapes of the per-token kernel (Launch below picks one per call):
 //   * 32..512 threads per row, the row held in registers, 2 to 8 vectors per thread at
-//     most (bf16/fp16: K <= 32768): x is read from HBM once; up to 256 rows, one row per
-//     block with more threads (latency), above that the throughput shapes;
+//     most (bf16/fp16: K <= 32768): x is read from HBM once; up to 384 or 512 rows (Launch::serving_rows),
+//     one row per block with more threads (latency), above that the throughput shapes;
 //   * 256 threads per row, two passes - longer rows: amax, then quantize (the second
 //     read mostly hits L2).
 // A "vector" is 16 bytes of x when x's rows are 16-byte aligned and K is a
@@ -403,9 +403,14 @@ struct Launch {
                         scale, p.rows, p.k);
   }
 
-  // Up to this many rows (W8A8Linear's single op serves up to 256 tokens) the kernel is
-  // latency-bound: a block per row, and each thread's serial work is what lasts.
-  static constexpr int64_t kServingRows = 256;
+  // Up to this many rows the kernel is latency-bound: a block per row, and each thread's
+  // serial work is what lasts. 384 rows, 512 on rows of up to 512 vectors (bf16: K <= 4096):
+  // H100, W8A8Linear (quantizer + GEMM) against the throughput shapes in the same build
+  // (interleaved CUDA-graph replays; a switch not kept), at 320 / 384 rows 4096 x 4096 16.8 /
+  // 16.9 us against 18.1 / 18.2, 6144 x 4096 22.7 / 22.9 against 23.4 / 24.0, K = 8192 up to
+  // 1.2% less, K = 14336 the same; at 512 rows 6144 x 4096 24.9 against 26.6 (K = 4096: never
+  // slower), on K >= 8192 0.4-1.5% slower (kept on the throughput shapes).
+  static int64_t serving_rows(int64_t vecs) { return vecs <= 256 * 2 ? 512 : 384; }
 
   // Serving rows: one row per block, 256 or 512 threads with 2 to 8 vectors each. H100,
   // bf16, M = 16..256, back-to-back launches in a CUDA graph (a scratch sweep of every
@@ -427,7 +432,7 @@ struct Launch {
   static void per_token(const QuantizeParams& p, float* scale, cudaStream_t stream) {
     const int64_t vecs = p.k / kVec;
     // Rows of up to 256 vectors (bf16: K <= 2048) keep the shapes below (not measured).
-    if (p.rows <= kServingRows && vecs > 64 * 4) return per_token_serving<kVec>(p, scale, stream);
+    if (p.rows <= serving_rows(vecs) && vecs > 64 * 4) return per_token_serving<kVec>(p, scale, stream);
     if (vecs <= 32 * 4) launch_per_token<kVec, 32, 4>(p, scale, stream);
     else if (vecs <= 64 * 4) launch_per_token<kVec, 64, 4>(p, scale, stream);
     else if (vecs <= 128 * 4) launch_per_token<kVec, 128, 4>(p, scale, stream);
