@@ -8,8 +8,9 @@
 //
 // Launch shapes of the per-token kernel (Launch below picks one per call):
 //   * 32..512 threads per row, the row held in registers, 2 to 8 vectors per thread at
-//     most (bf16/fp16: K <= 32768): x is read from HBM once; up to 384 or 512 rows (Launch::serving_rows),
-//     one row per block with more threads (latency), above that the throughput shapes;
+//     most (bf16/fp16: K <= 32768): x is read from HBM once; up to 384 or 512 rows
+//     (Launch::serving_rows) one row per block with more threads (latency), above that the
+//     throughput shapes;
 //   * 256 threads per row, two passes - longer rows: amax, then quantize (the second
 //     read mostly hits L2).
 // A "vector" is 16 bytes of x when x's rows are 16-byte aligned and K is a
