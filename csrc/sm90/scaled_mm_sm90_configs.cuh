@@ -644,8 +644,9 @@ struct Rung192Policy {
 // slower at M = 320 than at 512. H100 at 384 rows (scaled_mm_rung384_h100.json): 57344 x
 // 8192 241.1 us against 450.6 on the pingpong tile (335.6 at 512); 4096 x 14336 35.6
 // (four 96-token tiles) against 52.8 (two of 192) and 60.1; the rule picks the fastest of
-// the two or one within 0.3% on 8 of 8 shapes (28672 x 4096, 85% against 97% of the waves
-// filled, varies by run: 74.8 against 77.6 us here, 80.3 against 77.4 in an earlier one).
+// the two or one within 0.3% on 8 of 8 shapes (on 28672 x 4096, 85% against 97% of the waves
+// filled, the two are within 4% and the faster one changes from run to run: 74.8 against 77.6
+// us here).
 struct Rung384Policy {
   static constexpr int64_t kMaxM = 384;
   // The share of the SM waves a grid of `tiles` CTAs fills.
