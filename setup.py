@@ -44,6 +44,7 @@ SM90_SOURCES = [
     "csrc/sm90/instances/swap_ws_64x48x256_1x2.cu", "csrc/sm90/instances/swap_ws_64x64x256_1x2.cu",
     "csrc/sm90/instances/swap_ws_64x96x128_1x2.cu", "csrc/sm90/instances/swap_ws_64x128x128_1x2.cu",
     "csrc/sm90/instances/coop_128x96x128_2x1.cu", "csrc/sm90/instances/coop_128x192x128_2x1.cu",
+    "csrc/sm90/instances/swap_coop_128x80x128_1x2.cu", "csrc/sm90/instances/swap_coop_128x160x128_1x1.cu",
     "csrc/decode/scaled_mm_gemv.cu", "csrc/decode/scaled_mm_skinny.cu",
     "csrc/quantize/quantize.cu",
 ]
@@ -100,8 +101,10 @@ def _cuda_extension():
         return None, None, "nvcc (CUDA_HOME) was not found"
     sweep = ["-DW8A8_SWEEP_CONFIGS"] if SWEEP_CONFIGS else []
     cxx = ["-O3", "-DNDEBUG", "-std=c++17"] + sweep
+    # CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED: CuTe's wgmma selector may pick the atoms of N = 24, 48,
+    # 80, 160, ... (without it a 48- or 80-token tile runs 16-wide wgmmas, three or five per K step).
     nvcc = ["-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr", "-DCUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL=1",
-            "-Xptxas=--warn-on-spills"] + sweep
+            "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED", "-Xptxas=--warn-on-spills"] + sweep
     sm90_gencode = [f"-gencode=arch=compute_{a}a,code=sm_{a}a" for a in SM90_ARCHS]
     # compute_80 PTX for the sm_90 pass: the same mma.sync kernels, not a Hopper build of them.
     sm80_gencode = [f"-gencode=arch=compute_{a if a != '90' else '80'},code=sm_{a}" for a in SM80_ARCHS]

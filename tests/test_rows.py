@@ -14,8 +14,8 @@ from helpers import assert_exact, rand_int8, rand_scale, ref_scaled_mm, requires
 
 
 @pytest.mark.parametrize("m, padded", [(1, 1), (16, 16), (32, 32), (33, 48), (47, 48), (48, 48), (49, 49), (64, 64), (65, 96), (96, 96), (97, 128), (100, 128), (128, 128),
-                                       (129, 192), (192, 192), (193, 256), (200, 256), (256, 256), (257, 384),
-                                       (384, 384), (385, 512), (512, 512), (513, 513), (4096, 4096)])
+                                       (129, 192), (192, 192), (193, 256), (200, 256), (256, 256), (257, 320),
+                                       (320, 320), (321, 384), (384, 384), (385, 512), (512, 512), (513, 513), (4096, 4096)])
 def test_padded_rows(m, padded):
     assert rows.padded_rows(m) == padded
 
@@ -82,7 +82,7 @@ def test_the_sm90_call_runs_on_the_padded_rows_and_returns_m(m):
 
 @requires_sm90
 @pytest.mark.parametrize("quantizer", [None, "cuda", "triton"])
-@pytest.mark.parametrize("m", [65, 77, 127, 129, 200, 255, 257, 383, 385, 511])
+@pytest.mark.parametrize("m", [65, 77, 127, 129, 200, 255, 257, 319, 321, 383, 385, 511])
 @pytest.mark.parametrize("n, k", [(4096, 4096), (136, 272)])
 def test_sm90_on_padded_producer_outputs_is_exact(m, n, k, quantizer):
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

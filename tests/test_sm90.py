@@ -193,7 +193,8 @@ def test_heuristic_plans():
                        (97, 6144, "64x128x128_2x1_pingpong_swz8"), (193, 4096, "swap_64x128x128_1x2_ws"),
                        (193, 6144, "128x96x128_2x1_coop"), (256, 10240, "128x192x128_2x1_coop"),
                        (256, 8192, "128x128x128_2x1_pingpong_swz8"), (512, 6144, "128x192x128_2x1_coop"),
-                       (256, 28672, "128x128x128_2x1_pingpong_swz8"), (300, 4096, "swap_128x96x128_1x2_coop"),
+                       (256, 28672, "128x128x128_2x1_pingpong_swz8"), (300, 4096, "swap_128x80x128_1x2_coop"),
+                       (320, 57344, "swap_128x160x128_1x1_coop"), (321, 4096, "swap_128x96x128_1x2_coop"),
                        (384, 57344, "swap_128x192x128_1x1_coop"), (385, 4096, "128x128x128_2x1_pingpong_swz8")):
         assert plan(m, n, 4096)[0] == name, (m, n)
     # Explicit requests are honoured.
@@ -235,19 +236,21 @@ def test_the_192_token_rung(m):
         _check(*mm_operands(m, n, k, "cuda"), out_dtype=torch.float16 if m % 2 else torch.bfloat16)
 
 
-@pytest.mark.parametrize("m", [257, 300, 383, 384])
-def test_the_384_token_rung(m):
-    # M = 257..384 runs swap-AB tiles that cover 384 tokens (Rung384Policy): four 96-token tiles
-    # (1x2 cluster) where they fill the SM waves better by more than 0.15, else two of 192.
+@pytest.mark.parametrize("m", [257, 300, 319, 320, 321, 350, 383, 384])
+def test_the_320_and_384_token_rungs(m):
+    # M = 257..320 and 321..384 run swap-AB tiles that cover 320 / 384 tokens (Rung320Policy,
+    # Rung384Policy): four tiles of a quarter of the rung (1x2 cluster) where they fill the SM
+    # waves better by more than 0.15, else two of half of it.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    quarter = 80 if m <= 320 else 96
 
     def filled(tiles):
         return tiles / (-(-tiles // sms) * sms)
 
     for n in (1024, 4096, 6144, 8192, 10240, 28672, 57344):
         weight_tiles = -(-n // 128)
-        expected = ("swap_128x96x128_1x2_coop" if filled(4 * weight_tiles) > filled(2 * weight_tiles) + 0.15
-                    else "swap_128x192x128_1x1_coop")
+        expected = (f"swap_128x{quarter}x128_1x2_coop" if filled(4 * weight_tiles) > filled(2 * weight_tiles) + 0.15
+                    else f"swap_128x{2 * quarter}x128_1x1_coop")
         assert tuple(plan(m, n, 4096)) == (expected, "data_parallel", 1), (m, n)
     for n, k in ((4096, 4096 + 16), (6144, 1040), (10240, 528), (264, 272)):
         _check(*mm_operands(m, n, k, "cuda"), out_dtype=torch.float16 if m % 2 else torch.bfloat16)

@@ -234,8 +234,8 @@ def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[tor
         q = 0 and scale = NaN, so that row of any product is NaN downstream.
         On a GPU both live in storage padded to the sm90 GEMM's tile edge
         (``w8a8.rows.padded_rows``: 33..47 rows to 48, 65..96 to 96, 97..128 to 128, 129..192
-        to 192, 193..256 to 256, 257..384 to 384, 385..512 to 512), which the sm90
-        ``scaled_mm`` runs on.
+        to 192, 193..256 to 256, 257..320 to 320, 321..384 to 384, 385..512 to 512), which
+        the sm90 ``scaled_mm`` runs on.
     """
     if backend is None and not _eager(x):
         return torch.ops.w8a8.quantize_per_token.default(x)

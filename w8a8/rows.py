@@ -30,16 +30,18 @@ import torch
 # scaled_mm_continuity_h100.json); the ladder's tile at 65..96 covers 96 tokens
 # (64 per tile where N is past two waves of 64-row tiles), those at 97..128 64 or 128 per
 # tile (cluster), those at 129..192 96 or 192, those at 193..256 128 or 256, those at
-# 257..384 96 or 192 (384 in all), those at 385..512 256 (the 128x128 tile's 2x1 cluster).
+# 257..320 80 or 160 (320 in all), those at 321..384 96 or 192 (384 in all), those at 385..512
+# 256 (the 128x128 tile's 2x1 cluster).
 # On those tiles M = 320 cost more than M = 512 (57344 x 8192: 427 against 335 us, H100,
 # scaled_mm_rung384_h100.json). Past 512 the GEMM is compute-bound and padding would cost
 # compute.
-_PADDED = ((32, 48), (64, 96), (96, 128), (128, 192), (192, 256), (256, 384), (384, 512))
+_PADDED = ((32, 48), (64, 96), (96, 128), (128, 192), (192, 256), (256, 320), (320, 384), (384, 512))
 
 
 def padded_rows(m: int) -> int:
     """The rows the producers allocate for ``m`` tokens: 33..47 -> 48, 65..96 -> 96, 97..128 -> 128,
-    129..192 -> 192, 193..256 -> 256, 257..384 -> 384, 385..512 -> 512, otherwise ``m``."""
+    129..192 -> 192, 193..256 -> 256, 257..320 -> 320, 321..384 -> 384, 385..512 -> 512, otherwise
+    ``m``."""
     for low, high in _PADDED:
         if low < m <= high:
             return high

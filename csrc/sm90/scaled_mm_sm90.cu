@@ -92,6 +92,8 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm90::Sm90SwapABWarpSpecialized64x128x128_1x2>(sm90::kSwap64x128Cluster, "swap_64x128x128_1x2_ws", kDefault),
     entry<sm90::Sm90Coop128x96x128_2x1>(sm90::kCoop128x96Cluster, "128x96x128_2x1_coop", kDefault),
     entry<sm90::Sm90Coop128x192x128_2x1>(sm90::kCoop128x192Cluster, "128x192x128_2x1_coop", kDefault),
+    entry<sm90::Sm90SwapABCoop128x80x128_1x2>(sm90::kSwap128x80Cluster, "swap_128x80x128_1x2_coop", kDefault),
+    entry<sm90::Sm90SwapABCoop128x160x128_1x1>(sm90::kSwap128x160, "swap_128x160x128_1x1_coop", kDefault),
 #ifdef W8A8_SWEEP_CONFIGS
     entry<sm90::Sm90Coop256x128x128_1x2>(sm90::kCoop256x128RasterM, "256x128x128_1x2_coop_swz8_rasterM",
                                          {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),

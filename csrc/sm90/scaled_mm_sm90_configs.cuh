@@ -253,6 +253,19 @@ struct Sm90WarpSpecialized64x64x256_1x1 {
   static constexpr bool kSwapAB = false;
 };
 
+// Swap-AB cooperative tiles: 128 weight rows (two consumer warpgroups of 64) x kTokens
+// token columns, K 128 deep, a 1 x kTokenTiles cluster along the tokens (the weight tile
+// multicast to the cluster's token tiles). The ladder's rungs at 129..384 tokens use them.
+template <int kTokens, int kTokenTiles>
+struct Sm90SwapABCoop128xTx128 {
+  using TileShape = Shape<_128, cute::Int<kTokens>, _128>;
+  using ClusterShape = Shape<_1, cute::Int<kTokenTiles>, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kSwapAB = true;
+};
+
 // The ladder's tiles for M in (128, 192]: the quantizers pad those rows to 192
 // (w8a8/rows.py), so the tiles cover 192 tokens with no empty token tile; on
 // the 256-row tiles above M = 128 the same GEMM costs what M = 256 costs.
@@ -285,27 +298,19 @@ struct Sm90SwapABWarpSpecialized64x96x256_1x1 {
 // the token tiles" below). Without the cluster (a sweep entry now): as fast
 // in a plain launch at 192 rows (H100, scaled_mm_cluster_h100.json, within
 // 2% on 6 shapes), 15% slower at 129 exact rows on 57344 x 8192.
-struct Sm90SwapABCoop128x96x128_1x2 {
-  using TileShape = Shape<_128, cute::Int<96>, _128>;
-  using ClusterShape = Shape<_1, _2, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-  static constexpr bool kSwapAB = true;
-};
+using Sm90SwapABCoop128x96x128_1x2 = Sm90SwapABCoop128xTx128<96, 2>;
 
 // N > 4096 where one token tile per 128 weight rows fits one wave and two do
 // not (64 x SMs < N <= 128 x SMs): all 192 tokens in one tile, each weight
 // byte read once. 10240 x 8192: 41.9 against 50.6 us for 128x96 (160 tiles,
 // 1.2 waves).
-struct Sm90SwapABCoop128x192x128_1x1 {
-  using TileShape = Shape<_128, cute::Int<192>, _128>;
-  using ClusterShape = Shape<_1, _1, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-  static constexpr bool kSwapAB = true;
-};
+using Sm90SwapABCoop128x192x128_1x1 = Sm90SwapABCoop128xTx128<192, 1>;
+
+// M in (256, 320]: the 384-row rung's two tiles cut to 320 tokens (Rung320Policy): four
+// 80-token tiles in 1x2 clusters or two of 160, a sixth less wgmma work per CTA than
+// the 96 / 192 of padding to 384, on the same grid.
+using Sm90SwapABCoop128x80x128_1x2 = Sm90SwapABCoop128xTx128<80, 2>;
+using Sm90SwapABCoop128x160x128_1x1 = Sm90SwapABCoop128xTx128<160, 1>;
 
 // Weights multicast to the token tiles. In the cooperative swap-AB tiles with
 // several token tiles per weight tile, those token tiles are separate CTAs that
@@ -327,14 +332,7 @@ struct Sm90SwapABCoop128x192x128_1x1 {
 // against 31.0, 193..224 exact rows 0-4% (scaled_mm_cluster256_h100.json). Before that,
 // in plain launches the cluster had been 0-3% slower with every token tile full and
 // 6-17% slower with a partial one (scaled_mm_cluster_h100.json).
-struct Sm90SwapABCoop128x64x128_1x2 {
-  using TileShape = Shape<_128, _64, _128>;
-  using ClusterShape = Shape<_1, _2, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-  static constexpr bool kSwapAB = true;
-};
+using Sm90SwapABCoop128x64x128_1x2 = Sm90SwapABCoop128xTx128<64, 2>;
 
 // Paired token tiles (PairedTokenTilesPolicy below): where two CTAs per 64 weight rows fit
 // one wave (N <= 32 x SMs: the 4096-wide Llama-3-8B projections), the rungs up to 256 tokens
@@ -369,7 +367,9 @@ using Sm90SwapABWarpSpecialized64xTxK_1x2 = Sm90SwapABWarpSpecialized64xTxK<kTok
 using Sm90SwapABWarpSpecialized64x16x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<16, 256, 4>;
 // M in (32, 64].
 using Sm90SwapABWarpSpecialized64x32x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<32, 256, 4>;
-// M in (64, 96].
+// M in (64, 96]. Its wgmmas are 64x48 (the build enables CuTe's extended wgmma shapes):
+// with three 16-wide ones per K step, 4096 x 4096 at 96 rows took 9.1 against 8.5 us,
+// 4096 x 14336 24.5 against 23.4 (H100, builds without and with, same session).
 using Sm90SwapABWarpSpecialized64x48x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<48, 256, 2>;
 // M in (96, 128].
 using Sm90SwapABWarpSpecialized64x64x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<64, 256, 2>;
@@ -416,14 +416,7 @@ using Sm90SwapABWarpSpecialized64x256x128_1x1 = Sm90SwapABWarpSpecialized64xTxK<
 #ifdef W8A8_SWEEP_CONFIGS
 // Sweep only: the 128x96 tile without a cluster (the ladder's tile above before the
 // 1x2 cluster).
-struct Sm90SwapABCoop128x96x128_1x1 {
-  using TileShape = Shape<_128, cute::Int<96>, _128>;
-  using ClusterShape = Shape<_1, _1, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-  static constexpr bool kSwapAB = true;
-};
+using Sm90SwapABCoop128x96x128_1x1 = Sm90SwapABCoop128xTx128<96, 1>;
 
 // Sweep only: swap-AB, 16 token columns, against the skinny GEMM at M <= 16.
 struct Sm90SwapABWarpSpecialized64x16x256_1x1 {
@@ -533,8 +526,8 @@ enum ConfigId : int {
   kSwap64x64,               // ladder: M in (32, 64], N > 32 x SMs
   kWarpSpecialized64x64,    // ladder: M in (96, 128] with 32 x SMs < N <= 4096 (GPUs with fewer than 128 SMs)
   kSwap64x96,               // ladder: M in (64, 96] with 32 x SMs < N <= 128 x SMs; (128, 192] with 32 x SMs < N <= 4096
-  kSwap128x96Cluster,       // ladder: M in (128, 192], N > 4096 (two token tiles in one wave, or many waves); (256, 384]
-  kSwap128x192,             // ladder: M in (128, 192], N > 4096 (one token tile in one wave); (256, 384]
+  kSwap128x96Cluster,       // ladder: M in (128, 192], N > 4096 (two token tiles in one wave, or many waves); (320, 384]
+  kSwap128x192,             // ladder: M in (128, 192], N > 4096 (one token tile in one wave); (320, 384]
   kSwap128x64Cluster,       // ladder: M in (192, 256] with 32 x SMs < N <= 4096
   kSwap64x16Cluster,        // ladder: M <= 32 with N <= 32 x SMs (PairedTokenTilesPolicy)
   kSwap64x32Cluster,        // ladder: M in (32, 64] with N <= 32 x SMs
@@ -544,6 +537,8 @@ enum ConfigId : int {
   kSwap64x128Cluster,       // ladder: M in (192, 256] with N <= 32 x SMs
   kCoop128x96Cluster,       // ladder: M in (192, 256] / (384, 512] where its tiles fill one wave best (OneWavePolicy)
   kCoop128x192Cluster,      // the same
+  kSwap128x80Cluster,       // ladder: M in (256, 320] (Rung320Policy)
+  kSwap128x160,             // the same
 #ifdef W8A8_SWEEP_CONFIGS
   kCoop256x128RasterM,        // Sm90Coop256x128x128_1x2, swizzle 8, raster along M
   kCoop128x256RasterM,        // Sm90Coop128x256x128_2x1, swizzle 8, raster along M
@@ -581,8 +576,8 @@ enum ConfigId : int {
   kNumConfigs
 };
 
-// The ladder on next_pow2(M) (192 between 128 and 256, 384 between 256 and 512) and N, from the config sweeps on
-// the H100 (CUDA-graph replay, 8 shapes from 4096 x 4096 to 57344 x 8192 as
+// The ladder on next_pow2(M) (192 between 128 and 256, 320 and 384 between 256 and 512) and
+// N, from the config sweeps on the H100 (CUDA-graph replay, 8 shapes from 4096 x 4096 to 57344 x 8192 as
 // N x K; "best" = fastest or within 3%):
 //   N <= 32 x SMs and M <= 256 (two CTAs per 64 weight rows fit one wave): the rung's
 //             tokens as two swap-AB token tiles of a 1x2 cluster (PairedTokenTilesPolicy).
@@ -602,6 +597,7 @@ enum ConfigId : int {
 //             a 1x2 cluster (every launch starts early);
 //             larger N: 128-row token tiles 96, 128 or 192 weights wide,
 //             whichever fills one wave best, else 128x128 pingpong (OneWavePolicy).
+//   M <= 320: swap-AB tiles covering 320 tokens (Rung320Policy).
 //   M <= 384: swap-AB tiles covering 384 tokens (Rung384Policy).
 //   M <= 512: the same choice over four token tiles (OneWavePolicy); the
 //             128x128 pingpong tile was best on 5/8, up to 40% ahead of 128x256
@@ -636,19 +632,22 @@ struct Rung192Policy {
   }
 };
 
-// (256, 384] tokens: the quantizers pad them to 384 (w8a8/rows.py), and swap-AB tiles cover
-// them with 128 weight rows per tile, as two 192-token tiles or four 96-token tiles (1x2
-// cluster), whichever fills the waves of SMs better by more than 0.15 of a wave; a
-// 192-token tile reads each weight tile half as often, which pays for some idle SMs.
-// The 128x128 pingpong tile the ladder ran there (2x1 cluster: 3 token tiles become 4) was
-// slower at M = 320 than at 512. H100 at 384 rows (scaled_mm_rung384_h100.json): 57344 x
-// 8192 241.1 us against 450.6 on the pingpong tile (335.6 at 512); 4096 x 14336 35.6
-// (four 96-token tiles) against 52.8 (two of 192) and 60.1; the rule picks the fastest of
-// the two or one within 0.3% on 8 of 8 shapes (on 28672 x 4096, 85% against 97% of the waves
-// filled, the two are within 4% and the faster one changes from run to run: 74.8 against 77.6
-// us here).
-struct Rung384Policy {
-  static constexpr int64_t kMaxM = 384;
+// (256, 320] and (320, 384] tokens: the quantizers pad them to 320 and 384 (w8a8/rows.py),
+// and swap-AB tiles cover them with 128 weight rows per tile, as two token tiles of half
+// the rung or four of a quarter (1x2 cluster), whichever fills the waves of SMs better by
+// more than 0.15 of a wave; a half-rung tile reads each weight tile half as often, which
+// pays for some idle SMs. The 128x128 pingpong tile the ladder ran there (2x1 cluster: 3
+// token tiles become 4) was slower at M = 320 than at 512. H100 at 384 rows
+// (scaled_mm_rung384_h100.json): 57344 x 8192 239.8 us against 449.7 on the pingpong tile
+// (336.5 at 512); 4096 x 14336 35.5 (four 96-token tiles) against 53.3 (two of 192) and
+// 59.6; at 320 rows 4096 x 14336 34.0 (four of 80) against 45.1 (two of 160) and 47.3 on the
+// 384-row rung's 96-token tiles, 57344 x 8192 220.0 (two of 160) against 268.4 (four of
+// 80) and 339.3 (two of 192). The rule picks the faster of the two on 8 of 8 shapes at both
+// rungs (on 28672 x 4096 at 384 rows, 85% against 97% of the waves filled, the two are
+// within 4% and the faster one changes from run to run: 75.1 against 77.8 us here).
+template <int64_t kRows, int kQuarterTiles, int kHalfTiles>
+struct WideRungPolicy {
+  static constexpr int64_t kMaxM = kRows;
   // The share of the SM waves a grid of `tiles` CTAs fills.
   static constexpr double filled(int64_t tiles, int sm_count) {
     const int64_t waves = (tiles + sm_count - 1) / sm_count;
@@ -656,9 +655,14 @@ struct Rung384Policy {
   }
   static constexpr int config(int64_t n, int sm_count) {
     const int64_t tiles = weight_tiles(n, 128);
-    return filled(4 * tiles, sm_count) > filled(2 * tiles, sm_count) + 0.15 ? kSwap128x96Cluster : kSwap128x192;
+    return filled(4 * tiles, sm_count) > filled(2 * tiles, sm_count) + 0.15 ? kQuarterTiles : kHalfTiles;
   }
 };
+using Rung320Policy = WideRungPolicy<320, kSwap128x80Cluster, kSwap128x160>;
+using Rung384Policy = WideRungPolicy<384, kSwap128x96Cluster, kSwap128x192>;
+static_assert(Rung320Policy::config(4096, 132) == kSwap128x80Cluster, "4096 x 4096 at 320: 128 CTAs");
+static_assert(Rung320Policy::config(6144, 132) == kSwap128x160, "6144 x 4096 at 320: 96 CTAs, not 192");
+static_assert(Rung384Policy::config(10240, 132) == kSwap128x96Cluster, "10240 x 8192 at 384: 320 CTAs");
 
 // Where two CTAs per 64 weight rows fit one wave (N <= 32 x SMs), every rung up to 256
 // tokens runs as two token tiles of a 1x2 cluster (see "Paired token tiles" above): 16, 32,
@@ -718,6 +722,7 @@ inline int select_config(int64_t m, int64_t n, int sm_count) {
   if (m_pow2 <= 128) return n <= 4096 ? kWarpSpecialized64x64 : kPingpong64x128;
   if (m <= Rung192Policy::kMaxM) return Rung192Policy::config(n, sm_count);
   if (m_pow2 <= 256) return n > 4096 ? OneWavePolicy::config(n, 2, sm_count) : kSwap128x64Cluster;
+  if (m <= Rung320Policy::kMaxM) return Rung320Policy::config(n, sm_count);
   if (m <= Rung384Policy::kMaxM) return Rung384Policy::config(n, sm_count);
   if (m_pow2 <= 512) return OneWavePolicy::config(n, 4, sm_count);
   return kCoop128x256RasterN;

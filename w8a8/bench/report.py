@@ -84,11 +84,11 @@ SOURCES = {
                                    "single op, quantize + scaled_mm)",
                                    "python -m w8a8 bench --out benchmarks/results --suites linear --backends sm90 --sweep "
                                    "--m 96,128,129,160,192,193,224,256,320,384,512 --tag single_op_h100"),
-    "scaled_mm_rung384_h100.json": ("M = 256..512: the tiles behind the M = 257..384 rung beside the ladder "
-                                    "(exact-size and the quantizers' row-padded codes)",
+    "scaled_mm_rung384_h100.json": ("M = 256..512: the tiles behind the M = 257..320 and 321..384 rungs beside "
+                                    "the ladder (exact-size and the quantizers' row-padded codes)",
                                     f"{_MM},linear --backends sm90 --m 256,257,288,320,352,384,385,448,512 --configs "
-                                    "128x128x128_2x1_pingpong_swz8,swap_128x192x128_1x1_coop,swap_128x96x128_1x2_coop "
-                                    "--tag rung384_h100"),
+                                    "128x128x128_2x1_pingpong_swz8,swap_128x192x128_1x1_coop,swap_128x96x128_1x2_coop,"
+                                    "swap_128x160x128_1x1_coop,swap_128x80x128_1x2_coop --tag rung384_h100"),
     "linear_rung384_h100.json": ("`W8A8Linear` end to end at the same M", "(same run as the row above)"),
     "stream_h100.json": ("the read ceiling: kernels that only read a layer's int8 weights (three launch modes), bf16 "
                          "and the sm90 GEMM at M = 16, 64, 128 in the same run",
