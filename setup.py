@@ -45,6 +45,7 @@ SM90_SOURCES = [
     "csrc/sm90/instances/swap_ws_64x96x128_1x2.cu", "csrc/sm90/instances/swap_ws_64x128x128_1x2.cu",
     "csrc/sm90/instances/coop_128x96x128_2x1.cu", "csrc/sm90/instances/coop_128x192x128_2x1.cu",
     "csrc/sm90/instances/swap_coop_128x80x128_1x2.cu", "csrc/sm90/instances/swap_coop_128x160x128_1x1.cu",
+    "csrc/sm90/instances/coop_128x240x128_1x1.cu",
     "csrc/decode/scaled_mm_gemv.cu", "csrc/decode/scaled_mm_skinny.cu",
     "csrc/quantize/quantize.cu",
 ]
@@ -57,7 +58,8 @@ SM90_SWEEP_SOURCES = ["csrc/sm90/instances/coop_256x128x128_1x2.cu", "csrc/sm90/
                       "csrc/sm90/instances/swap_ws_64x16x128_1x2.cu", "csrc/sm90/instances/swap_ws_64x32x128_1x2.cu",
                       "csrc/sm90/instances/swap_ws_64x48x128_1x2.cu", "csrc/sm90/instances/swap_ws_64x64x128_1x2.cu",
                       "csrc/sm90/instances/swap_ws_64x96x256_1x2.cu", "csrc/sm90/instances/swap_ws_64x128x128_1x1.cu",
-                      "csrc/sm90/instances/swap_ws_64x192x128_1x1.cu", "csrc/sm90/instances/swap_ws_64x256x128_1x1.cu"]
+                      "csrc/sm90/instances/swap_ws_64x192x128_1x1.cu", "csrc/sm90/instances/swap_ws_64x256x128_1x1.cu",
+                      "csrc/sm90/instances/coop_128x144x128_1x1.cu"]
 # w8a8._C_sm80: the sm80 GEMM table.
 SM80_SOURCES = [
     "csrc/torch/scaled_mm_sm80.cpp",

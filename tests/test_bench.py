@@ -18,7 +18,9 @@ def test_cli_bench_smoke_on_cpu(tmp_path, capsys):
         rows = doc["rows"]
         assert {(r["M"], r["N"], r["K"]) for r in rows} == {(m, n, k) for m in (1, 3) for n, k in ((24, 32), (8, 48))}
         ours = [r for r in rows if r["impl"] == impl]
-        assert len(ours) == 4 and all(r["us"] > 0 and r["x_bf16"] > 0 for r in ours)
+        # x_bf16 is rounded to 3 decimals: the reference runs ~20x slower than bf16 here, and a
+        # CPU busy elsewhere can push the ratio under 0.0005 (read as 0.0).
+        assert len(ours) == 4 and all(r["us"] > 0 and r["x_bf16"] is not None for r in ours)
         assert all(r["tops"] == pytest.approx(2 * r["M"] * r["N"] * r["K"] / r["us"] / 1e6, rel=1e-2, abs=1e-3) for r in ours)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["linear_cpu.json", "scaled_mm_cpu.json"]
     assert "geomean x bf16" in capsys.readouterr().out

@@ -240,7 +240,9 @@ def test_the_192_token_rung(m):
 def test_the_320_and_384_token_rungs(m):
     # M = 257..320 and 321..384 run swap-AB tiles that cover 320 / 384 tokens (Rung320Policy,
     # Rung384Policy): four tiles of a quarter of the rung (1x2 cluster) where they fill the SM
-    # waves better by more than 0.15, else two of half of it.
+    # waves better by more than 0.15, else two of half of it. At 384 rows, three 128-token
+    # tiles 240 weights wide where they make one wave that fills the SMs better than that pick
+    # by more than 0.15.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     quarter = 80 if m <= 320 else 96
 
@@ -249,9 +251,14 @@ def test_the_320_and_384_token_rungs(m):
 
     for n in (1024, 4096, 6144, 8192, 10240, 28672, 57344):
         weight_tiles = -(-n // 128)
-        expected = (f"swap_128x{quarter}x128_1x2_coop" if filled(4 * weight_tiles) > filled(2 * weight_tiles) + 0.15
-                    else f"swap_128x{2 * quarter}x128_1x1_coop")
+        use_quarter = filled(4 * weight_tiles) > filled(2 * weight_tiles) + 0.15
+        expected = f"swap_128x{quarter}x128_1x2_coop" if use_quarter else f"swap_128x{2 * quarter}x128_1x1_coop"
+        one_wave = 3 * -(-n // 240)
+        if m > 320 and one_wave <= sms and one_wave / sms > filled((4 if use_quarter else 2) * weight_tiles) + 0.15:
+            expected = "128x240x128_1x1_coop"
         assert tuple(plan(m, n, 4096)) == (expected, "data_parallel", 1), (m, n)
+    if m > 320:
+        assert plan(m, 10240, 4096)[0] == "128x240x128_1x1_coop"
     for n, k in ((4096, 4096 + 16), (6144, 1040), (10240, 528), (264, 272)):
         _check(*mm_operands(m, n, k, "cuda"), out_dtype=torch.float16 if m % 2 else torch.bfloat16)
 

@@ -94,6 +94,7 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm90::Sm90Coop128x192x128_2x1>(sm90::kCoop128x192Cluster, "128x192x128_2x1_coop", kDefault),
     entry<sm90::Sm90SwapABCoop128x80x128_1x2>(sm90::kSwap128x80Cluster, "swap_128x80x128_1x2_coop", kDefault),
     entry<sm90::Sm90SwapABCoop128x160x128_1x1>(sm90::kSwap128x160, "swap_128x160x128_1x1_coop", kDefault),
+    entry<sm90::Sm90Coop128x240x128_1x1>(sm90::kCoop128x240, "128x240x128_1x1_coop", kDefault),
 #ifdef W8A8_SWEEP_CONFIGS
     entry<sm90::Sm90Coop256x128x128_1x2>(sm90::kCoop256x128RasterM, "256x128x128_1x2_coop_swz8_rasterM",
                                          {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),
@@ -136,6 +137,7 @@ constexpr ConfigEntry kConfigs[] = {
     entry<sm90::Sm90SwapABWarpSpecialized64x128x128_1x1>(sm90::kSwap64x128WS, "swap_64x128x128_1x1_ws", kDefault),
     entry<sm90::Sm90SwapABWarpSpecialized64x192x128_1x1>(sm90::kSwap64x192WS, "swap_64x192x128_1x1_ws", kDefault),
     entry<sm90::Sm90SwapABWarpSpecialized64x256x128_1x1>(sm90::kSwap64x256WS, "swap_64x256x128_1x1_ws", kDefault),
+    entry<sm90::Sm90Coop128x144x128_1x1>(sm90::kCoop128x144, "128x144x128_1x1_coop", kDefault),
 #endif
 };
 

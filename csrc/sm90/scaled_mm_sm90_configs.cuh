@@ -157,15 +157,17 @@ struct Sm90Pingpong128x128x128_2x1 {
 
 // Not swapped, cooperative, 128 token rows by kN weight columns, 2x1 cluster (the weight
 // tile multicast to two token tiles).
-template <int kN>
-struct Sm90Coop128xNx128_2x1 {
+template <int kN, int kClusterM>
+struct Sm90Coop128xNx128 {
   using TileShape = Shape<_128, cute::Int<kN>, _128>;
-  using ClusterShape = Shape<_2, _1, _1>;
+  using ClusterShape = Shape<cute::Int<kClusterM>, _1, _1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
   using TileScheduler = cutlass::gemm::PersistentScheduler;
   static constexpr bool kSwapAB = false;
 };
+template <int kN>
+using Sm90Coop128xNx128_2x1 = Sm90Coop128xNx128<kN, 2>;
 
 // The ladder's tile for M > 512 (compute-bound): 128x256 cooperative, 2x1
 // cluster. 1360 / 1386 / 1340 TOP/s at 8192^3 / 8192 x 57344 x 8192 /
@@ -184,6 +186,20 @@ using Sm90Coop128x256x128_2x1 = Sm90Coop128xNx128_2x1<256>;
 // 42.8 there, and a cooperative 128x128 tile tied the pingpong one (not kept).
 using Sm90Coop128x96x128_2x1 = Sm90Coop128xNx128_2x1<96>;
 using Sm90Coop128x192x128_2x1 = Sm90Coop128xNx128_2x1<192>;
+
+// M in (320, 384] where the swap-AB tiles leave much of their last wave idle (Rung384Policy):
+// three 128-token tiles x N / 240 weight columns in a single wave (10240 x 8192: 3 x 43 = 129
+// CTAs, against 320 of the 96-token swap-AB tiles, 2.4 waves). No cluster: a 2x1 one would
+// round the three token tiles up to four. H100 at 384 rows: 10240 x 8192 47.2 against 57.9 us
+// for the 96-token tiles (scaled_mm_rung384_h100.json); W8A8Linear 58.0 us, 1.56x bf16
+// (linear_single_op_h100.json), against 65.3, 1.37x, on those tiles in the build before.
+using Sm90Coop128x240x128_1x1 = Sm90Coop128xNx128<240, 1>;
+#ifdef W8A8_SWEEP_CONFIGS
+// Sweep only: the same 144 wide, one wave on 6144 x 4096 (129 CTAs against 96 of the
+// 192-token swap-AB tile): the kernel 18.3 against 18.9 us at 384 rows, but W8A8Linear 24.6
+// against 23.2 (H100, scaled_mm_onewave384_h100.json, the build that shipped it).
+using Sm90Coop128x144x128_1x1 = Sm90Coop128xNx128<144, 1>;
+#endif
 
 #ifdef W8A8_SWEEP_CONFIGS
 // Sweep only (no heuristic picks it): 256x128 cooperative, 1x2 cluster. Best at
@@ -539,6 +555,7 @@ enum ConfigId : int {
   kCoop128x192Cluster,      // the same
   kSwap128x80Cluster,       // ladder: M in (256, 320] (Rung320Policy)
   kSwap128x160,             // the same
+  kCoop128x240,             // ladder: M in (320, 384] where Rung384Policy takes a one-wave tile
 #ifdef W8A8_SWEEP_CONFIGS
   kCoop256x128RasterM,        // Sm90Coop256x128x128_1x2, swizzle 8, raster along M
   kCoop128x256RasterM,        // Sm90Coop128x256x128_2x1, swizzle 8, raster along M
@@ -572,6 +589,7 @@ enum ConfigId : int {
   kSwap64x128WS,              // one consumer warpgroup, no cluster, 128 / 192 / 256 tokens
   kSwap64x192WS,
   kSwap64x256WS,
+  kCoop128x144,               // the one-wave 384-row tile 144 wide
 #endif
   kNumConfigs
 };
@@ -638,16 +656,21 @@ struct Rung192Policy {
 // more than 0.15 of a wave; a half-rung tile reads each weight tile half as often, which
 // pays for some idle SMs. The 128x128 pingpong tile the ladder ran there (2x1 cluster: 3
 // token tiles become 4) was slower at M = 320 than at 512. H100 at 384 rows
-// (scaled_mm_rung384_h100.json): 57344 x 8192 239.8 us against 449.7 on the pingpong tile
-// (336.5 at 512); 4096 x 14336 35.5 (four 96-token tiles) against 53.3 (two of 192) and
-// 59.6; at 320 rows 4096 x 14336 34.0 (four of 80) against 45.1 (two of 160) and 47.3 on the
-// 384-row rung's 96-token tiles, 57344 x 8192 220.0 (two of 160) against 268.4 (four of
-// 80) and 339.3 (two of 192). The rule picks the faster of the two on 8 of 8 shapes at both
+// (scaled_mm_rung384_h100.json): 57344 x 8192 241.2 us against 453.8 on the pingpong tile
+// (338.3 at 512); 4096 x 14336 35.5 (four 96-token tiles) against 53.0 (two of 192) and
+// 59.6; at 320 rows 4096 x 14336 34.1 (four of 80) against 45.2 (two of 160) and 47.4 on the
+// 384-row rung's 96-token tiles, 57344 x 8192 220.4 (two of 160) against 268.2 (four of
+// 80) and 337.6 (two of 192). The rule picks the faster of the two on 8 of 8 shapes at both
 // rungs (on 28672 x 4096 at 384 rows, 85% against 97% of the waves filled, the two are
-// within 4% and the faster one changes from run to run: 75.1 against 77.8 us here).
-template <int64_t kRows, int kQuarterTiles, int kHalfTiles>
+// within 4% and the faster one changes from run to run: 75.3 against 78.2 us here).
+// At 384 rows, three 128-token tiles 240 weight columns wide, not swapped
+// (Sm90Coop128x240x128_1x1), take over where they make one wave that fills the SMs better
+// than the swap-AB pick by the same margin: 10240 x 8192 (129 CTAs against 320 of 96 tokens,
+// 2.4 waves).
+template <int64_t kRows, int kQuarterTiles, int kHalfTiles, bool kOneWave>
 struct WideRungPolicy {
   static constexpr int64_t kMaxM = kRows;
+  static constexpr double kMargin = 0.15;
   // The share of the SM waves a grid of `tiles` CTAs fills.
   static constexpr double filled(int64_t tiles, int sm_count) {
     const int64_t waves = (tiles + sm_count - 1) / sm_count;
@@ -655,14 +678,24 @@ struct WideRungPolicy {
   }
   static constexpr int config(int64_t n, int sm_count) {
     const int64_t tiles = weight_tiles(n, 128);
-    return filled(4 * tiles, sm_count) > filled(2 * tiles, sm_count) + 0.15 ? kQuarterTiles : kHalfTiles;
+    const double quarter = filled(4 * tiles, sm_count), half = filled(2 * tiles, sm_count);
+    const bool use_quarter = quarter > half + kMargin;
+    if (kOneWave) {
+      const int64_t ctas = 3 * weight_tiles(n, 240);
+      if (ctas <= sm_count && double(ctas) / sm_count > (use_quarter ? quarter : half) + kMargin) return kCoop128x240;
+    }
+    return use_quarter ? kQuarterTiles : kHalfTiles;
   }
 };
-using Rung320Policy = WideRungPolicy<320, kSwap128x80Cluster, kSwap128x160>;
-using Rung384Policy = WideRungPolicy<384, kSwap128x96Cluster, kSwap128x192>;
+using Rung320Policy = WideRungPolicy<320, kSwap128x80Cluster, kSwap128x160, false>;
+using Rung384Policy = WideRungPolicy<384, kSwap128x96Cluster, kSwap128x192, true>;
 static_assert(Rung320Policy::config(4096, 132) == kSwap128x80Cluster, "4096 x 4096 at 320: 128 CTAs");
 static_assert(Rung320Policy::config(6144, 132) == kSwap128x160, "6144 x 4096 at 320: 96 CTAs, not 192");
-static_assert(Rung384Policy::config(10240, 132) == kSwap128x96Cluster, "10240 x 8192 at 384: 320 CTAs");
+static_assert(Rung384Policy::config(4096, 132) == kSwap128x96Cluster, "4096 x 4096 at 384: 128 CTAs");
+static_assert(Rung384Policy::config(8192, 132) == kSwap128x192, "8192 x 8192 at 384: 128 CTAs");
+static_assert(Rung384Policy::config(6144, 132) == kSwap128x192, "6144 x 4096 at 384: 96 CTAs");
+static_assert(Rung384Policy::config(10240, 132) == kCoop128x240, "10240 x 8192 at 384: 129 CTAs, not 320");
+static_assert(Rung384Policy::config(28672, 132) == kSwap128x192, "28672 x 4096 at 384: no wave fits");
 
 // Where two CTAs per 64 weight rows fit one wave (N <= 32 x SMs), every rung up to 256
 // tokens runs as two token tiles of a 1x2 cluster (see "Paired token tiles" above): 16, 32,

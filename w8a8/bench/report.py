@@ -88,8 +88,16 @@ SOURCES = {
                                     "the ladder (exact-size and the quantizers' row-padded codes)",
                                     f"{_MM},linear --backends sm90 --m 256,257,288,320,352,384,385,448,512 --configs "
                                     "128x128x128_2x1_pingpong_swz8,swap_128x192x128_1x1_coop,swap_128x96x128_1x2_coop,"
-                                    "swap_128x160x128_1x1_coop,swap_128x80x128_1x2_coop --tag rung384_h100"),
+                                    "swap_128x160x128_1x1_coop,swap_128x80x128_1x2_coop,128x240x128_1x1_coop "
+                                    "--tag rung384_h100"),
     "linear_rung384_h100.json": ("`W8A8Linear` end to end at the same M", "(same run as the row above)"),
+    "scaled_mm_onewave384_h100.json": ("M = 352, 384: the one-wave 128x144 and 128x240 tiles beside the swap-AB ones "
+                                       "(the build whose ladder ran 128x144 on 6144 x 4096 at 384 rows)",
+                                       f"W8A8_SWEEP_CONFIGS=1 build; {_MM},linear --backends sm90 --sweep --m 352,384 "
+                                       "--configs 128x144x128_1x1_coop,128x240x128_1x1_coop,swap_128x96x128_1x2_coop,"
+                                       "swap_128x192x128_1x1_coop --tag onewave384_h100"),
+    "linear_onewave384_h100.json": ("`W8A8Linear`, both paths of `w8a8::linear` and the single op with its GEMM "
+                                    "forced, at the same M", "(same run as the row above)"),
     "stream_h100.json": ("the read ceiling: kernels that only read a layer's int8 weights (three launch modes), bf16 "
                          "and the sm90 GEMM at M = 16, 64, 128 in the same run",
                          "python benchmarks/bench_stream.py --out benchmarks/results/stream_h100.json"),
