@@ -155,8 +155,8 @@ struct Sm90Pingpong128x128x128_2x1 {
   static constexpr bool kSwapAB = false;
 };
 
-// Not swapped, cooperative, 128 token rows by kN weight columns, 2x1 cluster (the weight
-// tile multicast to two token tiles).
+// Not swapped, cooperative, 128 token rows by kN weight columns, a kClusterM x 1 cluster
+// (2: the weight tile multicast to two token tiles).
 template <int kN, int kClusterM>
 struct Sm90Coop128xNx128 {
   using TileShape = Shape<_128, cute::Int<kN>, _128>;
@@ -595,8 +595,8 @@ enum ConfigId : int {
 };
 
 // The ladder on next_pow2(M) (192 between 128 and 256, 320 and 384 between 256 and 512) and
-// N, from the config sweeps on the H100 (CUDA-graph replay, 8 shapes from 4096 x 4096 to 57344 x 8192 as
-// N x K; "best" = fastest or within 3%):
+// N, from the config sweeps on the H100 (CUDA-graph replay, 8 shapes from 4096 x 4096 to
+// 57344 x 8192 as N x K; "best" = fastest or within 3%):
 //   N <= 32 x SMs and M <= 256 (two CTAs per 64 weight rows fit one wave): the rung's
 //             tokens as two swap-AB token tiles of a 1x2 cluster (PairedTokenTilesPolicy).
 //             The N <= 4096 rules below serve such N only on GPUs with fewer SMs.
@@ -616,7 +616,8 @@ enum ConfigId : int {
 //             larger N: 128-row token tiles 96, 128 or 192 weights wide,
 //             whichever fills one wave best, else 128x128 pingpong (OneWavePolicy).
 //   M <= 320: swap-AB tiles covering 320 tokens (Rung320Policy).
-//   M <= 384: swap-AB tiles covering 384 tokens (Rung384Policy).
+//   M <= 384: swap-AB tiles covering 384 tokens, or three 128-token tiles 240 weights
+//             wide where those make one fuller wave (Rung384Policy).
 //   M <= 512: the same choice over four token tiles (OneWavePolicy); the
 //             128x128 pingpong tile was best on 5/8, up to 40% ahead of 128x256
 //             (wave quantization: 4 x N/256 tiles leave SMs idle); 7-9%
@@ -671,6 +672,8 @@ template <int64_t kRows, int kQuarterTiles, int kHalfTiles, bool kOneWave>
 struct WideRungPolicy {
   static constexpr int64_t kMaxM = kRows;
   static constexpr double kMargin = 0.15;
+  // The one-wave tile (kOneWave): kRows / 128 token tiles x N / kOneWaveWidth weight columns.
+  static constexpr int64_t kOneWaveWidth = 240;
   // The share of the SM waves a grid of `tiles` CTAs fills.
   static constexpr double filled(int64_t tiles, int sm_count) {
     const int64_t waves = (tiles + sm_count - 1) / sm_count;
@@ -681,7 +684,7 @@ struct WideRungPolicy {
     const double quarter = filled(4 * tiles, sm_count), half = filled(2 * tiles, sm_count);
     const bool use_quarter = quarter > half + kMargin;
     if (kOneWave) {
-      const int64_t ctas = 3 * weight_tiles(n, 240);
+      const int64_t ctas = (kRows / 128) * weight_tiles(n, kOneWaveWidth);
       if (ctas <= sm_count && double(ctas) / sm_count > (use_quarter ? quarter : half) + kMargin) return kCoop128x240;
     }
     return use_quarter ? kQuarterTiles : kHalfTiles;
