@@ -192,7 +192,7 @@ using Sm90Coop128x192x128_2x1 = Sm90Coop128xNx128_2x1<192>;
 // CTAs, against 320 of the 96-token swap-AB tiles, 2.4 waves). No cluster: a 2x1 one would
 // round the three token tiles up to four. H100 at 384 rows: 10240 x 8192 47.2 against 57.9 us
 // for the 96-token tiles (scaled_mm_rung384_h100.json); W8A8Linear 58.0 us, 1.56x bf16
-// (linear_single_op_h100.json), against 65.3, 1.37x, on those tiles in the build before.
+// (linear_single_op_h100.json), against 65.3, 1.37x, with those tiles.
 using Sm90Coop128x240x128_1x1 = Sm90Coop128xNx128<240, 1>;
 #ifdef W8A8_SWEEP_CONFIGS
 // Sweep only: the same 144 wide, one wave on 6144 x 4096 (129 CTAs against 96 of the
@@ -385,7 +385,7 @@ using Sm90SwapABWarpSpecialized64x16x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1
 using Sm90SwapABWarpSpecialized64x32x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<32, 256, 4>;
 // M in (64, 96]. Its wgmmas are 64x48 (the build enables CuTe's extended wgmma shapes):
 // with three 16-wide ones per K step, 4096 x 4096 at 96 rows took 9.1 against 8.5 us,
-// 4096 x 14336 24.5 against 23.4 (H100, builds without and with, same session).
+// 4096 x 14336 24.5 against 23.4 (H100, the two builds run one after the other).
 using Sm90SwapABWarpSpecialized64x48x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<48, 256, 2>;
 // M in (96, 128].
 using Sm90SwapABWarpSpecialized64x64x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<64, 256, 2>;
@@ -668,12 +668,12 @@ struct Rung192Policy {
 // (Sm90Coop128x240x128_1x1), take over where they make one wave that fills the SMs better
 // than the swap-AB pick by the same margin: 10240 x 8192 (129 CTAs against 320 of 96 tokens,
 // 2.4 waves).
-template <int64_t kRows, int kQuarterTiles, int kHalfTiles, bool kOneWave>
+// kOneWaveTiles: the one-wave entry (-1: none), kRows / 128 token tiles x N / kOneWaveWidth
+// weight columns.
+template <int64_t kRows, int kQuarterTiles, int kHalfTiles, int kOneWaveTiles = -1, int64_t kOneWaveWidth = 0>
 struct WideRungPolicy {
   static constexpr int64_t kMaxM = kRows;
   static constexpr double kMargin = 0.15;
-  // The one-wave tile (kOneWave): kRows / 128 token tiles x N / kOneWaveWidth weight columns.
-  static constexpr int64_t kOneWaveWidth = 240;
   // The share of the SM waves a grid of `tiles` CTAs fills.
   static constexpr double filled(int64_t tiles, int sm_count) {
     const int64_t waves = (tiles + sm_count - 1) / sm_count;
@@ -683,15 +683,15 @@ struct WideRungPolicy {
     const int64_t tiles = weight_tiles(n, 128);
     const double quarter = filled(4 * tiles, sm_count), half = filled(2 * tiles, sm_count);
     const bool use_quarter = quarter > half + kMargin;
-    if (kOneWave) {
+    if constexpr (kOneWaveTiles >= 0) {
       const int64_t ctas = (kRows / 128) * weight_tiles(n, kOneWaveWidth);
-      if (ctas <= sm_count && double(ctas) / sm_count > (use_quarter ? quarter : half) + kMargin) return kCoop128x240;
+      if (ctas <= sm_count && double(ctas) / sm_count > (use_quarter ? quarter : half) + kMargin) return kOneWaveTiles;
     }
     return use_quarter ? kQuarterTiles : kHalfTiles;
   }
 };
-using Rung320Policy = WideRungPolicy<320, kSwap128x80Cluster, kSwap128x160, false>;
-using Rung384Policy = WideRungPolicy<384, kSwap128x96Cluster, kSwap128x192, true>;
+using Rung320Policy = WideRungPolicy<320, kSwap128x80Cluster, kSwap128x160>;
+using Rung384Policy = WideRungPolicy<384, kSwap128x96Cluster, kSwap128x192, kCoop128x240, 240>;
 static_assert(Rung320Policy::config(4096, 132) == kSwap128x80Cluster, "4096 x 4096 at 320: 128 CTAs");
 static_assert(Rung320Policy::config(6144, 132) == kSwap128x160, "6144 x 4096 at 320: 96 CTAs, not 192");
 static_assert(Rung384Policy::config(4096, 132) == kSwap128x96Cluster, "4096 x 4096 at 384: 128 CTAs");
