@@ -31,8 +31,8 @@ import torch
 # (64 per tile where N is past two waves of 64-row tiles), those at 97..128 64 or 128 per
 # tile (cluster), those at 129..192 96 or 192, those at 193..256 128 or 256, those at
 # 257..320 80 or 160 (320 in all), those at 321..384 96 or 192 (384 in all), those at 385..512
-# 256 (the 128x128 tile's 2x1 cluster).
-# On those tiles M = 320 cost more than M = 512 (57344 x 8192: 427 against 335 us, H100,
+# 256 (128-token tiles in 2x1 clusters). The 320-row rung is a sixth less wgmma work than
+# padding those rows to 384 (57344 x 8192: 220.4 against 337.6 us, H100,
 # scaled_mm_rung384_h100.json). Past 512 the GEMM is compute-bound and padding would cost
 # compute.
 _PADDED = ((32, 48), (64, 96), (96, 128), (128, 192), (192, 256), (256, 320), (320, 384), (384, 512))

@@ -685,7 +685,7 @@ struct WideRungPolicy {
     const bool use_quarter = quarter > half + kMargin;
     if constexpr (kOneWaveTiles >= 0) {
       const int64_t ctas = (kRows / 128) * weight_tiles(n, kOneWaveWidth);
-      if (ctas <= sm_count && double(ctas) / sm_count > (use_quarter ? quarter : half) + kMargin) return kOneWaveTiles;
+      if (ctas <= sm_count && filled(ctas, sm_count) > (use_quarter ? quarter : half) + kMargin) return kOneWaveTiles;
     }
     return use_quarter ? kQuarterTiles : kHalfTiles;
   }
