@@ -59,7 +59,17 @@ SM90_SWEEP_SOURCES = ["csrc/sm90/instances/coop_256x128x128_1x2.cu", "csrc/sm90/
                       "csrc/sm90/instances/swap_ws_64x48x128_1x2.cu", "csrc/sm90/instances/swap_ws_64x64x128_1x2.cu",
                       "csrc/sm90/instances/swap_ws_64x96x256_1x2.cu", "csrc/sm90/instances/swap_ws_64x128x128_1x1.cu",
                       "csrc/sm90/instances/swap_ws_64x192x128_1x1.cu", "csrc/sm90/instances/swap_ws_64x256x128_1x1.cu",
-                      "csrc/sm90/instances/coop_128x144x128_1x1.cu"]
+                      "csrc/sm90/instances/coop_128x144x128_1x1.cu",
+                      "csrc/sm90/instances/swap_ws_64x16x256_1x2_2cta.cu",
+                      "csrc/sm90/instances/swap_ws_64x32x256_1x2_2cta.cu",
+                      "csrc/sm90/instances/swap_ws_64x48x256_1x2_2cta.cu",
+                      "csrc/sm90/instances/swap_ws_64x64x256_1x2_2cta.cu",
+                      "csrc/sm90/instances/swap_ws_64x96x128_1x2_2cta.cu",
+                      "csrc/sm90/instances/swap_ws_64x128x128_1x2_2cta.cu",
+                      "csrc/sm90/instances/swap_ws_64x160x128_1x2_2cta.cu",
+                      "csrc/sm90/instances/swap_ws_64x192x128_1x2_2cta.cu",
+                      "csrc/sm90/instances/swap_ws_64x32x256_1x1_2cta.cu",
+                      "csrc/sm90/instances/swap_ws_64x64x256_1x1_2cta.cu"]
 # w8a8._C_sm80: the sm80 GEMM table.
 SM80_SOURCES = [
     "csrc/torch/scaled_mm_sm80.cpp",

@@ -58,6 +58,25 @@ template <class Config>
 struct PrefetchKTiles<Config, std::void_t<decltype(Config::kPrefetchKTiles)>>
     : std::integral_constant<int, Config::kPrefetchKTiles> {};
 
+// Optional field: kStages, the pipeline stages of a config sized for two CTAs per SM
+// (TwoPerSm below); where a config does not set it (0), CUTLASS fills the shared memory
+// its epilogue leaves with stages, one CTA per SM.
+template <class Config, class = void>
+struct PipelineStages : std::integral_constant<int, 0> {};
+template <class Config>
+struct PipelineStages<Config, std::void_t<decltype(Config::kStages)>>
+    : std::integral_constant<int, Config::kStages> {};
+
+// Two CTAs per SM: the shared memory a CTA may take so that two fit in the H100's 228 KiB
+// (1 KiB of each CTA's is the system's). The one-consumer-warpgroup tiles use 48-128
+// registers a thread (256 threads), so shared memory is what keeps a second CTA out: of
+// the kernel behind on the stream, which can then start (prologue, L2 prefetch) while this
+// one drains, or of a second tile of the same grid.
+struct TwoPerSm {
+  static constexpr int kSmemPerSm = 228 * 1024;
+  static constexpr int kSmemPerCta = kSmemPerSm / 2 - 1024;
+};
+
 // Tiles of `rows` weight rows (output channels) that cover N: the CTAs per token tile of a
 // swap-AB tile, the unit the policies below count against the SMs.
 constexpr int64_t weight_tiles(int64_t n, int64_t rows) { return (n + rows - 1) / rows; }
@@ -366,7 +385,8 @@ using Sm90SwapABCoop128x64x128_1x2 = Sm90SwapABCoop128xTx128<64, 2>;
 // one run).
 // Where two CTAs per weight tile pass one wave they lose: 6144 x 4096 12.8 against 11.7 us
 // at M = 64.
-template <int kTokens, int kTileK, int kPrefetch, int kTokenTiles = 2>
+// kStageCount > 0: that many pipeline stages, sized for two CTAs per SM (TwoPerSm).
+template <int kTokens, int kTileK, int kPrefetch, int kTokenTiles = 2, int kStageCount = 0>
 struct Sm90SwapABWarpSpecialized64xTxK {
   using TileShape = Shape<_64, cute::Int<kTokens>, cute::Int<kTileK>>;
   using ClusterShape = Shape<_1, cute::Int<kTokenTiles>, _1>;
@@ -375,6 +395,7 @@ struct Sm90SwapABWarpSpecialized64xTxK {
   using TileScheduler = cutlass::gemm::PersistentScheduler;
   static constexpr bool kSwapAB = true;
   static constexpr int kPrefetchKTiles = kPrefetch;
+  static constexpr int kStages = kStageCount;
 };
 template <int kTokens, int kTileK, int kPrefetch>
 using Sm90SwapABWarpSpecialized64xTxK_1x2 = Sm90SwapABWarpSpecialized64xTxK<kTokens, kTileK, kPrefetch, 2>;
@@ -418,6 +439,27 @@ using Sm90SwapABWarpSpecialized64x32x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1
 using Sm90SwapABWarpSpecialized64x48x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<48, 128, 4>;
 using Sm90SwapABWarpSpecialized64x64x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<64, 128, 4>;
 using Sm90SwapABWarpSpecialized64x96x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<96, 256, 2>;
+// Sweep only: two CTAs per SM (TwoPerSm), the pairs and the 1x1 tiles above with the stages
+// that fit half the shared memory (20-32 KiB stages, 84-100 KiB in all), so that the next
+// kernel's CTAs, or the quantizer's, start beside a CTA that is still draining. H100, each
+// at its rung against the ladder (scaled_mm_twopersm_h100.json, linear_twopersm_h100.json):
+// slower wherever the ladder's grid fits one CTA per SM, 4096 x 4096 at M = 16 / 64 / 128
+// 8.3 / 9.2 / 11.5 us against 7.6 / 8.0 / 8.6, 4096 x 14336 8-45%; faster only where the
+// pairs pass one wave at one CTA per SM: 6144 x 4096 at M = 5..32, the 16-token pair's 192
+// CTAs 10.8-11.2 us against 11.3-11.4 (scaled_mm_twopersmwide_h100.json), but W8A8Linear
+// there 12.5-12.7 us either way, and 8192 x 8192 up to 1.5% slower. The 96..192-token
+// pairs at 193..512 rows, end to end: 2-41% slower on 4096 x 4096 and 6144 x 4096 but at
+// 384 rows on 4096 x 4096 (16.6 against 17.0 us).
+using Sm90SwapABWarpSpecialized64x16x256_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<16, 256, 4, 2, 5>;
+using Sm90SwapABWarpSpecialized64x32x256_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<32, 256, 4, 2, 4>;
+using Sm90SwapABWarpSpecialized64x48x256_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<48, 256, 2, 2, 3>;
+using Sm90SwapABWarpSpecialized64x64x256_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<64, 256, 2, 2, 3>;
+using Sm90SwapABWarpSpecialized64x96x128_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<96, 128, 4, 2, 5>;
+using Sm90SwapABWarpSpecialized64x128x128_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<128, 128, 2, 2, 4>;
+using Sm90SwapABWarpSpecialized64x160x128_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<160, 128, 2, 2, 3>;
+using Sm90SwapABWarpSpecialized64x192x128_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<192, 128, 2, 2, 3>;
+using Sm90SwapABWarpSpecialized64x32x256_1x1_2PerSm = Sm90SwapABWarpSpecialized64xTxK<32, 256, 4, 1, 4>;
+using Sm90SwapABWarpSpecialized64x64x256_1x1_2PerSm = Sm90SwapABWarpSpecialized64xTxK<64, 256, 4, 1, 3>;
 // Sweep only: one consumer warpgroup (256 threads, which fit beside the quantizer's blocks,
 // where the cooperative tiles' 384 do not) over 128 / 192 / 256 tokens, no cluster, for
 // N past 32 x SMs at M = 129..256 (scaled_mm_ws1x1_h100.json). W8A8Linear on 6144 x 4096 at
@@ -590,6 +632,16 @@ enum ConfigId : int {
   kSwap64x192WS,
   kSwap64x256WS,
   kCoop128x144,               // the one-wave 384-row tile 144 wide
+  kSwap64x16Cluster2PerSm,    // two CTAs per SM (TwoPerSm): the pairs of 16..192 tokens, the 1x1 tiles of 32 / 64
+  kSwap64x32Cluster2PerSm,
+  kSwap64x48Cluster2PerSm,
+  kSwap64x64Cluster2PerSm,
+  kSwap64x96Cluster2PerSm,
+  kSwap64x128Cluster2PerSm,
+  kSwap64x160Cluster2PerSm,
+  kSwap64x192Cluster2PerSm,
+  kSwap64x32TwoPerSm,
+  kSwap64x64TwoPerSm,
 #endif
   kNumConfigs
 };

@@ -89,13 +89,19 @@ struct ScaledMmSm90Gemm {
       void, LayoutD, kAlignmentD,  // no C operand
       ElementOut, LayoutD, kAlignmentD, EpilogueSchedule, typename Epilogue::EVT>::CollectiveOp;
 
+  // Configs that name their stages are sized for two CTAs per SM (TwoPerSm); the others take
+  // every stage the epilogue's shared memory leaves room for.
+  static constexpr bool kTwoPerSm = PipelineStages<Config>::value > 0;
+  using StageCount = std::conditional_t<
+      kTwoPerSm, cutlass::gemm::collective::StageCount<PipelineStages<Config>::value>,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>>;
+
   // The weights are A in swap-AB configs, B otherwise (scaled_mm_sm90_mainloop.cuh).
   using CollectiveMainloop = WeightsFirstMainloop<
       typename cutlass::gemm::collective::CollectiveBuilder<
           cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignmentAB, ElementB,
-          LayoutB, kAlignmentAB, ElementAccumulator, TileShape, ClusterShape,
-          cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-              sizeof(typename CollectiveEpilogue::SharedStorage))>,
+          LayoutB, kAlignmentAB, ElementAccumulator, TileShape, ClusterShape, StageCount,
           KernelSchedule>::CollectiveOp,
       kSwapAB, PrefetchKTiles<Config>::value>;
 
@@ -103,6 +109,8 @@ struct ScaledMmSm90Gemm {
                                                       CollectiveMainloop, CollectiveEpilogue,
                                                       TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  static_assert(!kTwoPerSm || Kernel::SharedStorageSize <= TwoPerSm::kSmemPerCta,
+                "scaled_mm_sm90: a config that names its stages fits two CTAs per SM");
 
   using StrideA = typename Kernel::StrideA;
   using StrideB = typename Kernel::StrideB;
@@ -246,6 +254,13 @@ void ScaledMmSm90Launcher<Config, ElementOut>::run(const ScaledMmSm90Params& par
   // initialize() zeroes the stream-K locks in `workspace` on `stream`, sets
   // the kernel's dynamic shared memory limit, and builds the TMA descriptors.
   detail::throw_if_failed(gemm.initialize(args, workspace, stream), "initialize");
+  if constexpr (G::kTwoPerSm) {
+    // Two CTAs per SM need the largest shared-memory split, which the driver does not pick
+    // for a kernel that fits at a smaller one (common/programmatic_launch.cuh).
+    static const bool carveout =
+        (prefer_max_shared_memory("scaled_mm_sm90", cutlass::device_kernel<typename G::Kernel>), true);
+    (void)carveout;
+  }
   // A programmatic dependent of the kernel before it (scaled_mm_sm90_mainloop.cuh), except
   // where the stream-K scheduler splits K (its workspace reset by a kernel in initialize()).
   const bool programmatic = !G::kStreamK || options.decomposition == Decomposition::kDataParallel;

@@ -158,6 +158,27 @@ SOURCES = {
                                       "--tag ws1x1wide_h100"),
     "linear_ws1x1wide_h100.json": ("`W8A8Linear`, both paths of `w8a8::linear` and the single op with its GEMM forced "
                                    "to each of those tiles", "(same run as the row above)"),
+    "scaled_mm_twopersm_h100.json": ("M = 16..128: the swap-AB 64-row tiles sized for two CTAs per SM (the 16..64-token "
+                                     "pairs, the 32- and 64-token 1x1 tiles) beside the ladder and the 1x1 tiles",
+                                     f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 16,32,48,64,96,128 --shapes "
+                                     "4096x4096,6144x4096,4096x14336,28672x4096 --configs swap_64x16x256_1x2_ws_2cta,"
+                                     "swap_64x32x256_1x2_ws_2cta,swap_64x48x256_1x2_ws_2cta,swap_64x64x256_1x2_ws_2cta,"
+                                     "swap_64x32x256_1x1_ws_2cta,swap_64x64x256_1x1_ws_2cta,swap_64x32x256_1x1_ws,"
+                                     "swap_64x64x256_1x1_ws --tag twopersm_h100"),
+    "linear_twopersm_h100.json": ("`W8A8Linear` at M = 16..512 on the two 4096-wide Llama-3-8B shapes: both paths of "
+                                  "`w8a8::linear` and the single op with its GEMM forced to each two-per-SM pair",
+                                  "W8A8_SWEEP_CONFIGS=1 build; python -m w8a8 bench --out benchmarks/results --suites "
+                                  "linear --backends sm90 --sweep --m 16,32,64,128,193,256,320,384,512 --shapes "
+                                  "4096x4096,6144x4096 --configs swap_64x16x256_1x2_ws_2cta,swap_64x32x256_1x2_ws_2cta,"
+                                  "swap_64x96x128_1x2_ws_2cta,swap_64x128x128_1x2_ws_2cta,swap_64x160x128_1x2_ws_2cta,"
+                                  "swap_64x192x128_1x2_ws_2cta --tag twopersm_h100"),
+    "scaled_mm_twopersmwide_h100.json": ("M = 5..64 on 6144 x 4096 and 8192 x 8192 (whose 16-token pairs pass one wave "
+                                         "at one CTA per SM): the 16- and 32-token two-per-SM pairs beside the ladder",
+                                         f"W8A8_SWEEP_CONFIGS=1 build; {_MM},linear --backends sm90 --sweep --m "
+                                         "5,8,12,16,24,32,48,64 --shapes 6144x4096,8192x8192 --configs "
+                                         "swap_64x16x256_1x2_ws_2cta,swap_64x32x256_1x2_ws_2cta --tag twopersmwide_h100"),
+    "linear_twopersmwide_h100.json": ("`W8A8Linear`, both paths of `w8a8::linear` and the single op with its GEMM forced "
+                                      "to each of those pairs", "(same run as the row above)"),
     "scaled_mm_widetiles_h100.json": ("M = 96 and 128 on the six shapes with N > 4096: three tiles with fewer activation "
                                       "reads per weight byte beside the 64x128 pingpong tile",
                                       f"W8A8_SWEEP_CONFIGS=1 build; {_MM} --backends sm90 --m 96,128 --shapes "
