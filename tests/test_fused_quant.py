@@ -66,6 +66,11 @@ EPS = 1e-6
 # the second (weight * n, a * up) can widen to two; in fp32 nothing rounds the fp32
 # difference away (measured in the interpreter: <= 4 ulp).
 FUSED_TOL = {torch.bfloat16: (2, 0.001), torch.float16: (2, 0.001), torch.float32: (8, 1.0)}
+# normed: the fraction of a row allowed to differ. A row's mean of squares, summed in another
+# order, moves its 1 / rms for all of its elements at once: in the interpreter, one row in
+# 360 of 3 x 4096 bf16 rows (x + residual) had 17 elements one or two ulp off (0.4%), the
+# others none. So normed is bounded row by row, each within NORM_ROW_FRACTION.
+NORM_ROW_FRACTION = 0.01
 
 # numpy, under Triton's interpreter, warns on the Inf / NaN the special rows hold on purpose
 pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
@@ -187,12 +192,20 @@ def gate_up(m: int, f: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
 # --- checks ------------------------------------------------------------------------------------------
 
 
-def assert_near_reference(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    """Within FUSED_TOL of the reference (NaN exactly where the reference is NaN)."""
+def assert_near_reference(out: torch.Tensor, ref: torch.Tensor, what: str, by_row: bool = False) -> None:
+    """Within FUSED_TOL of the reference (NaN exactly where the reference is NaN); by_row: the
+    fraction that may differ counted in each row, NORM_ROW_FRACTION of it."""
     max_ulp, fraction = FUSED_TOL[out.dtype]
     out, ref = out.cpu(), ref.cpu()
     assert_ulp_close(out, ref, max_ulp)
-    differ = int((ulp_distance(out.masked_fill(out.isnan(), 0), ref.masked_fill(ref.isnan(), 0)) > 0).sum())
+    differs = ulp_distance(out.masked_fill(out.isnan(), 0), ref.masked_fill(ref.isnan(), 0)) > 0
+    if by_row and out.dtype != torch.float32:
+        per_row = differs.reshape(-1, out.shape[-1]).sum(1)
+        allowed = max(2, NORM_ROW_FRACTION * out.shape[-1])
+        assert int(per_row.max()) <= allowed, (
+            f"{what}: {int(per_row.max())} of a row's {out.shape[-1]} elements differ (at most {allowed:g})")
+        return
+    differ = int(differs.sum())
     assert differ <= max(2, fraction * out.numel()), f"{what}: {differ} of {out.numel()} elements differ"
 
 
@@ -212,7 +225,7 @@ def run_norm(backend: str, x, weight, eps, residual=None):
     assert s.dtype == torch.float32 and s.shape == (*x.shape[:-1], 1)
     assert normed.dtype == x.dtype and normed.shape == x.shape and normed.is_contiguous()
     assert_same_codes((q, s), reference.quantize_per_token(normed.cpu()))
-    assert_near_reference(normed, ref[2], "normed")
+    assert_near_reference(normed, ref[2], "normed", by_row=True)
     if residual is not None:
         assert got[3].dtype == x.dtype and got[3].shape == x.shape and got[3].is_contiguous()
         assert_exact(got[3], ref[3])
