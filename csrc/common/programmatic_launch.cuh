@@ -66,6 +66,17 @@ void prefer_max_shared_memory(const char* who, void (*kernel)(Params...)) {
   }
 }
 
+// kKernel, set (once per kernel: one instantiation, one static per kernel) to run at the
+// largest shared-memory split when kFullSmem.
+template <bool kFullSmem, auto kKernel>
+auto with_carveout(const char* who) {
+  if constexpr (kFullSmem) {
+    static const bool set = (prefer_max_shared_memory(who, kKernel), true);
+    (void)set;
+  }
+  return kKernel;
+}
+
 // kernel<<<grid, block, 0, stream>>>(args...), with programmatic stream serialization; a
 // failed launch throws std::runtime_error naming `who`.
 template <class... Params, class... Args>

@@ -353,17 +353,6 @@ __global__ void __launch_bounds__(kBlockThreads)
 // up to 10% on 4096 x 4096 and 6144 x 4096 at M = 32..192, 5% more on two points
 // (4096 x 4096 at M = 96, 6144 x 4096 at M = 192). Grids fit: rows < 2^31 (check_params).
 
-// kKernel, set (once per kernel: one instantiation, one static per kernel) to run at the
-// largest shared-memory split when kFullSmem.
-template <bool kFullSmem, auto kKernel>
-auto with_carveout(const char* who) {
-  if constexpr (kFullSmem) {
-    static const bool set = (prefer_max_shared_memory(who, kKernel), true);
-    (void)set;
-  }
-  return kKernel;
-}
-
 // Per-call launch choice: vector width, then the row mapping by the row's vector count.
 // kFullSmem: the kernels that run at the largest shared-memory split.
 template <class T, bool kFullSmem>

@@ -254,13 +254,9 @@ void ScaledMmSm90Launcher<Config, ElementOut>::run(const ScaledMmSm90Params& par
   // initialize() zeroes the stream-K locks in `workspace` on `stream`, sets
   // the kernel's dynamic shared memory limit, and builds the TMA descriptors.
   detail::throw_if_failed(gemm.initialize(args, workspace, stream), "initialize");
-  if constexpr (G::kTwoPerSm) {
-    // Two CTAs per SM need the largest shared-memory split, which the driver does not pick
-    // for a kernel that fits at a smaller one (common/programmatic_launch.cuh).
-    static const bool carveout =
-        (prefer_max_shared_memory("scaled_mm_sm90", cutlass::device_kernel<typename G::Kernel>), true);
-    (void)carveout;
-  }
+  // Two CTAs per SM need the largest shared-memory split, which the driver does not pick
+  // for a kernel that fits at a smaller one (common/programmatic_launch.cuh).
+  with_carveout<G::kTwoPerSm, cutlass::device_kernel<typename G::Kernel>>("scaled_mm_sm90");
   // A programmatic dependent of the kernel before it (scaled_mm_sm90_mainloop.cuh), except
   // where the stream-K scheduler splits K (its workspace reset by a kernel in initialize()).
   const bool programmatic = !G::kStreamK || options.decomposition == Decomposition::kDataParallel;
