@@ -1,11 +1,15 @@
 """Build script for w8a8.
 
 Where torch is a CUDA build and nvcc is found, the CUDA extensions ``w8a8._C``
-(sm90) and ``w8a8._C_sm80`` (Ampere / Ada) are built from the explicit source
-lists below; elsewhere the pure-Python
+(sm90) and ``w8a8._C_sm80`` (Ampere / Ada) are built; elsewhere the pure-Python
 package (reference and Triton backends) is installed and one line says so.
 Install with ``pip install --no-build-isolation -e .`` so the build sees the
 torch you run with.
+
+Sources, by one rule: an extension compiles every ``.cu`` of its kernel folders, every
+``.cpp`` of its binding folder, and one instance file per CUTLASS config of its table,
+generated here from the table's X-macro lines (``instance_sources``). Nothing is listed by
+hand: a new config is a struct and a table line.
 
 Build-time only (never runtime dependencies): the CUTLASS headers (the ``nvidia-cutlass``
 wheel, or ``CUTLASS_DIR``) and ``ninja``, both needed only where the CUDA extensions are
@@ -13,79 +17,71 @@ built. Triton is not listed: a CUDA torch wheel already depends on the triton it
 with, and a CPU torch needs it only to run the tests (the ``test`` extra).
 """
 import os
+import re
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
 ROOT = Path(__file__).parent
+GENERATED = ROOT / "build" / "generated"
 
 # The archs each extension is compiled for, stated once: the gencode flags and the
 # sm90_archs() / sm80_archs() ops (W8A8_SM*_ARCHS defines) are derived from them.
 SM90_ARCHS = ["90"]  # sm_90a: wgmma and setmaxnreg need the "a" target
 SM80_ARCHS = ["80", "86", "89", "90"]  # mma.sync; sm_90 so that an H100 can run this path when named
-# W8A8_SWEEP_CONFIGS=1 also builds the sm90 table entries no heuristic picks (for config sweeps).
-SWEEP_CONFIGS = os.environ.get("W8A8_SWEEP_CONFIGS") == "1"
 
-# w8a8._C: the sm90 GEMM table (CUTLASS configs + decode kernels), the CUDA quantizers, linear_sm90.
-SM90_SOURCES = [
-    "csrc/torch/scaled_mm_sm90.cpp", "csrc/torch/quantize.cpp", "csrc/torch/linear.cpp",
-    "csrc/sm90/scaled_mm_sm90.cu",
-    "csrc/sm90/instances/swap_coop_streamk_128x16x128_1x1.cu",
-    "csrc/sm90/instances/swap_coop_streamk_128x64x128_1x1.cu",
-    "csrc/sm90/instances/pingpong_64x128x128_2x1.cu",
-    "csrc/sm90/instances/pingpong_128x128x128_2x1.cu",
-    "csrc/sm90/instances/coop_128x256x128_2x1.cu",
-    "csrc/sm90/instances/coop_streamk_128x128x128_1x1.cu",
-    "csrc/sm90/instances/swap_ws_64x32x256_1x1.cu", "csrc/sm90/instances/swap_ws_64x64x256_1x1.cu",
-    "csrc/sm90/instances/ws_64x64x256_1x1.cu", "csrc/sm90/instances/swap_ws_64x96x256_1x1.cu",
-    "csrc/sm90/instances/swap_coop_128x96x128_1x2.cu", "csrc/sm90/instances/swap_coop_128x192x128_1x1.cu",
-    "csrc/sm90/instances/swap_coop_128x64x128_1x2.cu",
-    "csrc/sm90/instances/swap_ws_64x16x256_1x2.cu", "csrc/sm90/instances/swap_ws_64x32x256_1x2.cu",
-    "csrc/sm90/instances/swap_ws_64x48x256_1x2.cu", "csrc/sm90/instances/swap_ws_64x64x256_1x2.cu",
-    "csrc/sm90/instances/swap_ws_64x96x128_1x2.cu", "csrc/sm90/instances/swap_ws_64x128x128_1x2.cu",
-    "csrc/sm90/instances/coop_128x96x128_2x1.cu", "csrc/sm90/instances/coop_128x192x128_2x1.cu",
-    "csrc/sm90/instances/swap_coop_128x80x128_1x2.cu", "csrc/sm90/instances/swap_coop_128x160x128_1x1.cu",
-    "csrc/sm90/instances/coop_128x240x128_1x1.cu",
-    "csrc/decode/scaled_mm_gemv.cu", "csrc/decode/scaled_mm_skinny.cu",
-    "csrc/quantize/quantize.cu",
-]
-SM90_SWEEP_SOURCES = ["csrc/sm90/instances/coop_256x128x128_1x2.cu", "csrc/sm90/instances/swap_ws_64x16x256_1x1.cu",
-                      "csrc/sm90/instances/swap_coop_128x96x128_1x1.cu",
-                      "csrc/sm90/instances/coop_streamk_128x256x128_2x1.cu",
-                      "csrc/sm90/instances/pingpong_64x256x128_2x1.cu", "csrc/sm90/instances/pingpong_64x128x128_2x2.cu",
-                      "csrc/sm90/instances/swap_coop_128x128x128_2x1.cu", "csrc/sm90/instances/swap_ws_64x192x128_1x2.cu",
-                      "csrc/sm90/instances/swap_ws_64x256x128_1x2.cu", "csrc/sm90/instances/swap_ws_64x128x256_1x2.cu",
-                      "csrc/sm90/instances/swap_ws_64x16x128_1x2.cu", "csrc/sm90/instances/swap_ws_64x32x128_1x2.cu",
-                      "csrc/sm90/instances/swap_ws_64x48x128_1x2.cu", "csrc/sm90/instances/swap_ws_64x64x128_1x2.cu",
-                      "csrc/sm90/instances/swap_ws_64x96x256_1x2.cu", "csrc/sm90/instances/swap_ws_64x128x128_1x1.cu",
-                      "csrc/sm90/instances/swap_ws_64x192x128_1x1.cu", "csrc/sm90/instances/swap_ws_64x256x128_1x1.cu",
-                      "csrc/sm90/instances/coop_128x144x128_1x1.cu",
-                      "csrc/sm90/instances/swap_ws_64x16x256_1x2_2cta.cu",
-                      "csrc/sm90/instances/swap_ws_64x32x256_1x2_2cta.cu",
-                      "csrc/sm90/instances/swap_ws_64x48x256_1x2_2cta.cu",
-                      "csrc/sm90/instances/swap_ws_64x64x256_1x2_2cta.cu",
-                      "csrc/sm90/instances/swap_ws_64x96x128_1x2_2cta.cu",
-                      "csrc/sm90/instances/swap_ws_64x128x128_1x2_2cta.cu",
-                      "csrc/sm90/instances/swap_ws_64x160x128_1x2_2cta.cu",
-                      "csrc/sm90/instances/swap_ws_64x192x128_1x2_2cta.cu",
-                      "csrc/sm90/instances/swap_ws_64x32x256_1x1_2cta.cu",
-                      "csrc/sm90/instances/swap_ws_64x64x256_1x1_2cta.cu"]
-# w8a8._C_sm80: the sm80 GEMM table.
-SM80_SOURCES = [
-    "csrc/torch/scaled_mm_sm80.cpp",
-    "csrc/sm80/scaled_mm_sm80.cu",
-    "csrc/sm80/instances/tile_16x64x128_w16x64x64_s5.cu",
-    "csrc/sm80/instances/tile_32x64x128_w32x64x64_s5.cu",
-    "csrc/sm80/instances/tile_64x128x128_w64x64x64_s4.cu",
-    "csrc/sm80/instances/tile_128x128x64_w64x64x64_s5.cu",
-    "csrc/sm80/instances/tile_128x256x64_w64x64x64_s4.cu",
-    "csrc/sm80/instances/tile_96x128x64_w48x64x64_s5.cu",
-    "csrc/sm80/instances/tile_80x128x128_w80x32x128_s3.cu",
-    "csrc/sm80/instances/tile_96x128x64_w48x64x64_s5_splitk.cu",
-]
+# name -> kernel folders, binding folder, config table, (instantiation header, macro per table column).
+EXTENSIONS = {
+    "w8a8._C": dict(kernels=("csrc/sm90", "csrc/decode", "csrc/quantize"), bindings="csrc/torch/sm90",
+                    table="csrc/sm90/scaled_mm_sm90_configs.cuh",
+                    instance=("sm90/scaled_mm_sm90_kernel.cuh", {"X": "W8A8_SM90_INSTANTIATE"})),
+    "w8a8._C_sm80": dict(kernels=("csrc/sm80",), bindings="csrc/torch/sm80", table="csrc/sm80/scaled_mm_sm80_configs.cuh",
+                         instance=("sm80/scaled_mm_sm80_split_k.cuh", {"X": "W8A8_SM80_INSTANTIATE",
+                                                                        "S": "W8A8_SM80_INSTANTIATE_SPLITK"})),
+}
 
 
-def _cutlass_include_dirs():
+def table_configs(table: Path, columns) -> dict[str, str]:
+    """{config struct: instantiation macro} of the X-macro lines ``C(id, "name", Config, ...)`` of a
+    config table (``columns``: the column letters that instantiate a CUTLASS config)."""
+    text = table.read_text().replace("\\\n", " ")
+    found = {}
+    for column, config in re.findall(r"\b([A-Z])\(\s*\w+\s*,\s*\"[^\"]+\"\s*,\s*(\w+)\s*[,)]", text):
+        if column in columns:
+            found.setdefault(config, columns[column])
+    return found
+
+
+def instance_sources(table: Path, header: str, columns, out: Path) -> list[str]:
+    """One instantiation file per CUTLASS config of ``table`` (rewritten only when it changes)."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for config, macro in table_configs(table, columns).items():
+        path = out / f"{config}.cu"
+        text = f"// Generated by setup.py from {table.name}.\n#include \"{header}\"\n{macro}({config})\n"
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+        paths.append(os.path.relpath(path, ROOT))
+    return paths
+
+
+def extension_sources(name: str) -> list[str]:
+    spec = EXTENSIONS[name]
+    files = [p for folder in spec["kernels"] for p in sorted((ROOT / folder).glob("*.cu"))]
+    files += sorted((ROOT / spec["bindings"]).glob("*.cpp"))
+    header, columns = spec["instance"]
+    out = GENERATED / name.split(".")[-1]
+    return [os.path.relpath(p, ROOT) for p in files] + instance_sources(ROOT / spec["table"], header, columns, out)
+
+
+CXX_FLAGS = ["-O3", "-DNDEBUG", "-std=c++17"]
+# CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED: CuTe's wgmma selector may pick the atoms of N = 24, 48,
+# 80, 160, ... (without it a 48- or 80-token tile runs 16-wide wgmmas, three or five per K step).
+NVCC_FLAGS = ["-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr", "-DCUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL=1",
+              "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED", "-Xptxas=--warn-on-spills"]
+
+
+def cutlass_include_dirs():
     """CUTLASS headers: $CUTLASS_DIR if set, else the nvidia-cutlass wheel."""
     root = os.environ.get("CUTLASS_DIR")
     if root:
@@ -111,31 +107,22 @@ def _cuda_extension():
         return None, None, f"torch {torch.__version__} is a CPU build"
     if CUDA_HOME is None:
         return None, None, "nvcc (CUDA_HOME) was not found"
-    sweep = ["-DW8A8_SWEEP_CONFIGS"] if SWEEP_CONFIGS else []
-    cxx = ["-O3", "-DNDEBUG", "-std=c++17"] + sweep
-    # CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED: CuTe's wgmma selector may pick the atoms of N = 24, 48,
-    # 80, 160, ... (without it a 48- or 80-token tile runs 16-wide wgmmas, three or five per K step).
-    nvcc = ["-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr", "-DCUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL=1",
-            "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED", "-Xptxas=--warn-on-spills"] + sweep
+    cxx, nvcc = CXX_FLAGS, NVCC_FLAGS
     sm90_gencode = [f"-gencode=arch=compute_{a}a,code=sm_{a}a" for a in SM90_ARCHS]
     # compute_80 PTX for the sm_90 pass: the same mma.sync kernels, not a Hopper build of them.
     sm80_gencode = [f"-gencode=arch=compute_{a if a != '90' else '80'},code=sm_{a}" for a in SM80_ARCHS]
-    common = dict(include_dirs=[str(ROOT / "csrc")] + _cutlass_include_dirs(), libraries=["cuda"])
+    common = dict(include_dirs=[str(ROOT / "csrc")] + cutlass_include_dirs(), libraries=["cuda"])
     # The arch lists reach only the host compiler (the bindings): nvcc would split a -D value at its commas.
     exts = [
-        CUDAExtension(name="w8a8._C", sources=SM90_SOURCES + (SM90_SWEEP_SOURCES if SWEEP_CONFIGS else []),
+        CUDAExtension(name="w8a8._C", sources=extension_sources("w8a8._C"),
                       extra_compile_args={"cxx": cxx + ["-DW8A8_SM90_ARCHS=" + ",".join(SM90_ARCHS)],
                                           "nvcc": nvcc + sm90_gencode}, **common),
-        CUDAExtension(name="w8a8._C_sm80", sources=SM80_SOURCES,
+        CUDAExtension(name="w8a8._C_sm80", sources=extension_sources("w8a8._C_sm80"),
                       extra_compile_args={"cxx": cxx + ["-DW8A8_SM80_ARCHS=" + ",".join(SM80_ARCHS)],
                                           "nvcc": nvcc + sm80_gencode + ["--threads=4"]}, **common),
     ]
     return exts, BuildExtension, None
 
-
-ext, build_ext, why_not = _cuda_extension()
-if ext is None:
-    print(f"w8a8: installing the pure-Python package without w8a8._C / w8a8._C_sm80: {why_not}.")
 
 def _version():
     """``__version__`` from w8a8/_version.py, read without importing the package (which imports torch)."""
@@ -144,41 +131,45 @@ def _version():
     return scope["__version__"]
 
 
-setup(
-    name="w8a8",
-    version=_version(),
-    description="Fast int8 (W8A8) linear layers for PyTorch: CUTLASS and Triton kernels",
-    long_description=(ROOT / "README.md").read_text(),
-    long_description_content_type="text/markdown",
-    author="The w8a8 maintainers",
-    license="Apache-2.0",
-    license_files=["LICENSE"],
-    classifiers=[
-        "Development Status :: 4 - Beta",
-        "Intended Audience :: Developers",
-        "Intended Audience :: Science/Research",
-        "Operating System :: POSIX :: Linux",
-        "Programming Language :: C++",
-        "Programming Language :: Python :: 3",
-        "Programming Language :: Python :: 3 :: Only",
-        "Environment :: GPU :: NVIDIA CUDA",
-        "Topic :: Scientific/Engineering :: Artificial Intelligence",
-        "Typing :: Typed",
-    ],
-    keywords=["int8", "quantization", "w8a8", "pytorch", "cutlass", "triton", "inference"],
-    packages=find_packages(include=["w8a8", "w8a8.*"]),
-    package_data={"w8a8": ["py.typed"]},
-    python_requires=">=3.10",
-    install_requires=["torch>=2.4", "safetensors", "tqdm"],
-    extras_require={
-        "hf": ["transformers"],
-        # triton: without a GPU the tests run the Triton kernels in Triton's interpreter.
-        # compressed-tensors: the tests check our checkpoints against the library that defines the format.
-        "test": ["pytest", "numpy", "hypothesis", "triton", "transformers", "compressed-tensors==0.20.0"],
-        # The Triton kernels are among those compared (a CUDA torch already brings triton); the plots need matplotlib.
-        "bench": ["triton", "matplotlib"],
-    },
-    ext_modules=ext or [],
-    cmdclass={"build_ext": build_ext} if build_ext is not None else {},
-    zip_safe=False,
-)
+if __name__ == "__main__":  # setuptools runs this file as __main__; benchmarks/sweep imports it
+    ext, build_ext, why_not = _cuda_extension()
+    if ext is None:
+        print(f"w8a8: installing the pure-Python package without w8a8._C / w8a8._C_sm80: {why_not}.")
+    setup(
+        name="w8a8",
+        version=_version(),
+        description="Fast int8 (W8A8) linear layers for PyTorch: CUTLASS and Triton kernels",
+        long_description=(ROOT / "README.md").read_text(),
+        long_description_content_type="text/markdown",
+        author="The w8a8 maintainers",
+        license="Apache-2.0",
+        license_files=["LICENSE"],
+        classifiers=[
+            "Development Status :: 4 - Beta",
+            "Intended Audience :: Developers",
+            "Intended Audience :: Science/Research",
+            "Operating System :: POSIX :: Linux",
+            "Programming Language :: C++",
+            "Programming Language :: Python :: 3",
+            "Programming Language :: Python :: 3 :: Only",
+            "Environment :: GPU :: NVIDIA CUDA",
+            "Topic :: Scientific/Engineering :: Artificial Intelligence",
+            "Typing :: Typed",
+        ],
+        keywords=["int8", "quantization", "w8a8", "pytorch", "cutlass", "triton", "inference"],
+        packages=find_packages(include=["w8a8", "w8a8.*"]),
+        package_data={"w8a8": ["py.typed"]},
+        python_requires=">=3.10",
+        install_requires=["torch>=2.4", "safetensors", "tqdm"],
+        extras_require={
+            "hf": ["transformers"],
+            # triton: without a GPU the tests run the Triton kernels in Triton's interpreter.
+            # compressed-tensors: the tests check our checkpoints against the library that defines the format.
+            "test": ["pytest", "numpy", "hypothesis", "triton", "transformers", "compressed-tensors==0.20.0"],
+            # The Triton kernels are among those compared (a CUDA torch already brings triton); the plots need matplotlib.
+            "bench": ["triton", "matplotlib"],
+        },
+        ext_modules=ext or [],
+        cmdclass={"build_ext": build_ext} if build_ext is not None else {},
+        zip_safe=False,
+    )

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import w8a8  # noqa: E402
 from w8a8 import dispatch, reference  # noqa: E402
-from w8a8.rows import padded_rows  # noqa: E402
+from w8a8.padding import padded_rows  # noqa: E402
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 DEV = "cuda"
@@ -164,12 +164,12 @@ def _quant_case(name, r, k, dtype, backend, static=False, zp=None, pad=0, offset
         g = _gen("quant", r, k, str(dtype), backend, static, zp, pad, offset)
         x, x_d = _rows(g, r, k, dtype, pad, offset)
         if not static:
-            q, s = w8a8.quantize_per_token(x_d, backend=backend)
+            q, s = w8a8.ops.quantize_per_token(x_d, backend=backend)
             torch.cuda.synchronize()
             return _codes_diff(q, s, *reference.quantize_per_token(x))
         scale = torch.tensor([0.02])
         zpt = None if zp is None else torch.tensor([3], dtype=zp)
-        q = w8a8.quantize_static(x_d, scale.to(DEV), None if zpt is None else zpt.to(DEV), backend=backend)
+        q = w8a8.ops.quantize_static(x_d, scale.to(DEV), None if zpt is None else zpt.to(DEV), backend=backend)
         torch.cuda.synchronize()
         return _codes_diff(q, None, reference.quantize_static(x, scale, zpt), None)
 
@@ -193,7 +193,7 @@ def _linear_case(name, m, k, n, act_quant, small=False) -> SanitizeCase:
         torch.cuda.synchronize()
         return _ulp_diff(out, layer_cpu(x))  # the CPU layer runs the reference
 
-    # The GEMM runs on the codes' padded rows (w8a8.rows).
+    # The GEMM runs on the codes' padded rows (w8a8.padding).
     return SanitizeCase(name, run, small, tma_store=_stores_by_tma(padded_rows(m), n, k, "", None, "auto"))
 
 
@@ -246,7 +246,7 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
             for split in (2, 3, 4):
                 out.append(_mm_case(f"sm90_split_k{split}_m{m}", m, 264, 1040, split_k=split, small=split == 4))
         for m in (1, 200, 600):
-            out.append(_mm_case(f"sm90_streamk_m{m}", m, 264, 1040, scheduler="streamk", small=m == 1))
+            out.append(_mm_case(f"sm90_streamk_m{m}", m, 264, 1040, scheduler="stream_k", small=m == 1))
         out.append(_mm_case("sm90_persistent_m1", 1, 264, 1040, scheduler="persistent"))
         out.append(_mm_case("sm90_heuristic_split_m1_k8192", 1, 1024, 8192, small=True))
         # The GEMV's own picks (config "", M <= 4): each token tile, a K that ends mid-step.
@@ -282,22 +282,22 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
         for m in (1, 65, 1000):
             out.append(_mm_case(f"sm80_ladder_m{m}", m, 264, 1040, op="sm80"))
 
-    if dry or dispatch.unavailable_reason("quantize_per_token", "cuda", torch.device(DEV)) is None:
+    if dry or dispatch.unavailable_reason("quantize_per_token", "sm90", torch.device(DEV)) is None:
         # The CUDA quantizers at 37 rows: warps per row (K <= 2048 bf16), a block per row
         # (<= 32768), two-pass above; 300 rows: the throughput shapes (several rows per
         # block up to K = 4096 bf16); 16-byte vector loads, scalar loads for odd K,
         # misaligned and row-strided rows.
         for k in (1, 7, 100, 1032, 8200, 16392):
             for dtype in (BF16, FP32):
-                out.append(_quant_case(f"cuda_per_token_k{k}_{str(dtype)[6:]}", 37, k, dtype, "cuda",
+                out.append(_quant_case(f"cuda_per_token_k{k}_{str(dtype)[6:]}", 37, k, dtype, "sm90",
                                        small=(k, dtype) in ((100, BF16), (8200, BF16))))
         for k in (1032, 8200):
-            out.append(_quant_case(f"cuda_per_token_k{k}_rows300", 300, k, BF16, "cuda"))
-        out.append(_quant_case("cuda_per_token_row_strided", 37, 1024, BF16, "cuda", pad=64))
-        out.append(_quant_case("cuda_per_token_offset_by_one", 37, 1024, BF16, "cuda", pad=8, offset=1))
+            out.append(_quant_case(f"cuda_per_token_k{k}_rows300", 300, k, BF16, "sm90"))
+        out.append(_quant_case("cuda_per_token_row_strided", 37, 1024, BF16, "sm90", pad=64))
+        out.append(_quant_case("cuda_per_token_offset_by_one", 37, 1024, BF16, "sm90", pad=8, offset=1))
         for k, zp in ((7, None), (1032, torch.int8), (4096, torch.int32)):
-            out.append(_quant_case(f"cuda_static_k{k}", 37, k, BF16, "cuda", static=True, zp=zp, small=k == 1032))
-        out.append(_quant_case("cuda_static_offset_by_one", 37, 1024, FP16, "cuda", static=True, zp=torch.int8, pad=8, offset=1))
+            out.append(_quant_case(f"cuda_static_k{k}", 37, k, BF16, "sm90", static=True, zp=zp, small=k == 1032))
+        out.append(_quant_case("cuda_static_offset_by_one", 37, 1024, FP16, "sm90", static=True, zp=torch.int8, pad=8, offset=1))
 
     # Triton: each GEMM config row (picked by M), a K tail and an even K, and the quantizer paths.
     for m in (1, 40, 100, 200, 600, 1100):

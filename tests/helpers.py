@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from w8a8 import dispatch, reference
-from w8a8.bench.harness import capture_graph  # noqa: F401  (one capture recipe for tests and benchmarks)
+from benchmarks.harness import capture_graph  # noqa: F401  (one capture recipe for tests and benchmarks)
 
 CUDA = torch.cuda.is_available()
 DEVICES = ["cpu"] + (["cuda"] if CUDA else [])

@@ -1,4 +1,4 @@
-"""Command line: python -m w8a8 info | demo | bench | quantize."""
+"""Command line: python -m w8a8 info | demo | quantize. (Benchmarks: python -m benchmarks, from a checkout.)"""
 from __future__ import annotations
 
 import argparse
@@ -97,16 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         "compiled extensions loaded, and for each device which kernels are available (or why not) and the default.",
     )
     demo = sub.add_parser(
-        "demo", formatter_class=fmt, help="quantize a small transformer-style model, compare and time it",
-        description="Build a small random transformer-style model, quantize it with quantize_model, and print the "
-        "output's relative L2 error against the float model and the median time of both.",
+        "demo", formatter_class=fmt, help="quantize a random transformers Llama, compare and time it",
+        description="Build a random transformers Llama, quantize it with quantize_model and compare it with the float "
+        "model: on a GPU, greedy generation at Llama-3-8B widths (tokens/s of each); on the CPU, a small one's logits "
+        "error and the median time of both forwards.",
     )
     demo.add_argument("--device", default=None, help="cpu or cuda (None: cuda if available)")
     demo.add_argument("--repeats", type=int, default=5, help="timed forwards per model (median)")
-    bench = sub.add_parser("bench", formatter_class=fmt, help="benchmark against bf16 F.linear and torch._int_mm (see w8a8/bench)")
-    from w8a8.bench import add_arguments
-
-    add_arguments(bench)
     quant = sub.add_parser(
         "quantize", formatter_class=fmt, help="a float safetensors model folder in, a compressed-tensors int8 folder out",
         description="Load a float transformers model folder (safetensors only), quantize its Linear layers to int8 "
@@ -133,11 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                        "quantizing (None: off)")
     quant.add_argument("--quiet", action="store_true", help="print nothing but errors (no progress bars, no report)")
     args = parser.parse_args(argv)
-    if args.command == "bench":
-        from w8a8.bench import run
-
-        run(args)
-    elif args.command == "info":
+    if args.command == "info":
         info()
     elif args.command == "quantize":
         return quantize(args)

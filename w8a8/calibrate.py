@@ -80,7 +80,7 @@ def calibrate(model: nn.Module, batches, skip=("lm_head",), progress: bool = Tru
     scales = {}
     for name, a in amax.items():
         if not torch.isfinite(a) or a.item() == 0.0:
-            raise ValueError(f"w8a8.calibrate: layer {name!r} saw input abs-max {a.item()}; needs a finite value > 0")
+            raise ValueError(f"w8a8.calibrate.calibrate: layer {name!r} saw input abs-max {a.item()}; needs a finite value > 0")
         scales[name] = (a / torch.tensor(127.0)).item()
     return scales
 
@@ -164,28 +164,28 @@ def smooth(
     (as ``calibrate``) or its weight is not finite.
     """
     if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"w8a8.smooth: alpha must be in [0, 1], got {alpha}")
+        raise ValueError(f"w8a8.calibrate.smooth: alpha must be in [0, 1], got {alpha}")
     batches = list(batches)  # read twice: the statistics, then the first batch for the report
     linears = [n for targets in mappings.values() for n in targets]
     for n in linears:
         if not isinstance(model.get_submodule(n), nn.Linear):
-            raise ValueError(f"w8a8.smooth: {n!r} is a {type(model.get_submodule(n)).__name__}, expected nn.Linear")
+            raise ValueError(f"w8a8.calibrate.smooth: {n!r} is a {type(model.get_submodule(n)).__name__}, expected nn.Linear")
     act = _record(model, linears, batches, lambda x: x.reshape(-1, x.shape[-1]).abs().amax(0), progress, "w8a8: smoothing")
     first = _first_inputs(model, linears, batches)
     before = {t: _static_w8a8_error(first[t], model.get_submodule(t).weight) for t in linears if t in first}
     missing = [t for t in linears if t not in act]
     if missing:  # checked before any norm is rescaled
-        raise ValueError(f"w8a8.smooth: the batches never reached {missing}")
+        raise ValueError(f"w8a8.calibrate.smooth: the batches never reached {missing}")
     for t in linears:
         # as calibrate: an Inf/NaN token would give all-ones factors and a NaN report
         if not torch.isfinite(act[t]).all():
             bad = int((~torch.isfinite(act[t])).sum())
             raise ValueError(
-                f"w8a8.smooth: layer {t!r} saw non-finite inputs (Inf/NaN in {bad} of {act[t].numel()} "
+                f"w8a8.calibrate.smooth: layer {t!r} saw non-finite inputs (Inf/NaN in {bad} of {act[t].numel()} "
                 f"input channels' abs-max); needs finite calibration data"
             )
         if not torch.isfinite(model.get_submodule(t).weight).all():
-            raise ValueError(f"w8a8.smooth: layer {t!r} has a non-finite weight")
+            raise ValueError(f"w8a8.calibrate.smooth: layer {t!r} has a non-finite weight")
     factors = {}
     for norm_name, targets in mappings.items():
         norm = model.get_submodule(norm_name)

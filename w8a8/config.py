@@ -32,17 +32,17 @@ class W8A8Config:
     calibration (None) : model inputs for static scales and SmoothQuant: an iterable of
         batches, each a Tensor, a tuple (positional) or a dict (keyword arguments).
         Read twice when SmoothQuant is on (materialised as a list).
-    smoothquant_alpha (None) : run ``w8a8.smooth`` with this migration strength in [0, 1]
+    smoothquant_alpha (None) : run ``w8a8.calibrate.smooth`` with this migration strength in [0, 1]
         on ``calibration`` before calibrating and quantizing (0.5 is the paper's default).
     smoothquant_mappings (None) : norm name -> Linear names it feeds, for SmoothQuant
-        (None: ``w8a8.llama_mappings(model)``).
-    input_scales (None) : layer name -> static input scale (``w8a8.calibrate``'s output);
+        (None: ``w8a8.calibrate.llama_mappings(model)``).
+    input_scales (None) : layer name -> static input scale (``w8a8.calibrate.calibrate``'s output);
         with ``act_quant="static"`` these are used as given, ``calibration`` is not run.
     backend (None) : kernel for every new layer (None: the fastest available).
     report (True) : compute each layer's weight SQNR (dB, fp32 on the layer's device)
         into ``QuantizationReport.sqnr_db``; False skips it (the report still lists the
         replaced and skipped layers).
-    fuse (True) : ``w8a8.fuse_model`` after quantizing: layers that read one activation
+    fuse (True) : ``w8a8.fusion.fuse_model`` after quantizing: layers that read one activation
         share its quantization and (``merge``) run as one GEMM; RMSNorm and
         SiLU-and-mul producers quantize their output. Found from one recorded forward
         (a probe for a transformers model, else the model's first eager forward); the

@@ -1,15 +1,14 @@
-"""The demo: a model quantized, run on the best backend, compared and timed.
+"""The demo: a transformers Llama quantized, run on the best backend, compared and timed.
 
-On a GPU (with transformers installed): a Llama at Llama-3-8B widths (GEN_LAYERS layers,
-random weights) generates greedily, bf16 and W8A8, with ``w8a8.Generator``; tokens/s of
-each, and how W8A8's tokens compare with bf16's. On a CPU (or without transformers): a
-small transformer-style model on the exact reference path, its error and time against
-the float model.
+On a GPU: a Llama at Llama-3-8B widths (GEN_LAYERS layers, random weights) generates
+greedily, bf16 and W8A8, with ``w8a8.Generator``; tokens/s of each, and how W8A8's tokens
+compare with bf16's. On a CPU: a small Llama (CPU_LAYERS layers of the "small" widths) on
+the exact reference path, its logits' error and its time against the float model. Both need
+transformers (``pip install 'w8a8[hf]'``).
 """
 from __future__ import annotations
 
 import copy
-import dataclasses
 import statistics
 import time
 
@@ -20,82 +19,47 @@ from w8a8 import dispatch
 from w8a8.quantize_model import quantize_model
 
 
-@dataclasses.dataclass(frozen=True)
-class DemoSize:
-    hidden: int
-    ffn: int
-    layers: int
-    tokens: int
+# Widths of the random Llama models the demo (and the benchmarks) build: Llama-3-8B's on a GPU;
+# "small" for the demo on the CPU (the exact float64 reference path runs it in seconds);
+# "tiny" for smoke tests.
+LLAMA_SIZES = {
+    "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                      head_dim=128, vocab_size=128256),
+    "small": dict(hidden_size=512, intermediate_size=1536, num_attention_heads=8, num_key_value_heads=4,
+                  head_dim=64, vocab_size=1000),
+    "tiny": dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                 vocab_size=128),
+}
 
 
-# CPU: small enough that the exact float64 reference path runs in seconds.
-CPU_SIZE = DemoSize(hidden=512, ffn=1536, layers=4, tokens=64)
-# GPU: Llama-3-8B-like widths, so the int8 kernels have work to do.
-GPU_SIZE = DemoSize(hidden=4096, ffn=14336, layers=4, tokens=2048)
+def build_llama(size: str, layers: int, device, dtype: torch.dtype = torch.bfloat16):
+    """``(LlamaForCausalLM, config)`` of ``LLAMA_SIZES[size]`` with ``layers`` decoder layers, random
+    weights created on ``device`` in ``dtype`` (no download), SDPA attention, eval mode."""
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError:
+        raise SystemExit("w8a8 demo: needs transformers (pip install 'w8a8[hf]')") from None
+    config = LlamaConfig(**LLAMA_SIZES[size], num_hidden_layers=layers, use_cache=False)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):  # parameters created and initialised on the device: seconds, not minutes
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default_dtype)
+    return model.eval(), config
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
-
-
-class MLP(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
-
-    def __init__(self, size: DemoSize) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(size.hidden, size.ffn, bias=False)
-        self.up_proj = nn.Linear(size.hidden, size.ffn, bias=False)
-        self.down_proj = nn.Linear(size.ffn, size.hidden, bias=False)
-        self.act = nn.SiLU()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
-
-
-class Block(nn.Module):
-    """Pre-norm block: a token-local 'attention' (q/k/v, a gate, o; no attention math) and a SwiGLU MLP.
-
-    Written as a float model; ``quantize_model`` finds what to fuse at its first forward:
-    q/k/v read one normed activation (one quantization, one merged GEMM, the quantization
-    done by norm1), gate/up likewise after norm2, and the MLP's SiLU-and-mul quantizes the
-    product that down_proj reads.
-    """
-
-    def __init__(self, size: DemoSize) -> None:
-        super().__init__()
-        self.norm1 = RMSNorm(size.hidden)
-        self.q_proj = nn.Linear(size.hidden, size.hidden, bias=False)
-        self.k_proj = nn.Linear(size.hidden, size.hidden, bias=False)
-        self.v_proj = nn.Linear(size.hidden, size.hidden, bias=False)
-        self.o_proj = nn.Linear(size.hidden, size.hidden, bias=False)
-        self.norm2 = RMSNorm(size.hidden)
-        self.mlp = MLP(size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.norm1(x)
-        q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(h)
-        x = x + self.o_proj(v * torch.sigmoid(q * k))
-        return x + self.mlp(self.norm2(x))
-
-
-class TinyDecoder(nn.Module):
-    def __init__(self, size: DemoSize, vocab: int = 1000) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(Block(size) for _ in range(size.layers))
-        self.norm = RMSNorm(size.hidden)
-        self.lm_head = nn.Linear(size.hidden, vocab, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x)
-        return self.lm_head(self.norm(x))
+def _trained_scale(model: nn.Module, seed: int) -> None:
+    """Weights at a trained-like scale (std 1/sqrt(fan_in)), so that activations stay O(1) and
+    the logits pick tokens by clear margins."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "embed" not in name:
+                p.normal_(std=p.shape[1] ** -0.5)
 
 
 def _time_ms(fn, device: torch.device, repeats: int) -> float:
@@ -122,15 +86,10 @@ GEN_NEW_TOKENS = 128
 
 def generation(dev: torch.device, seed: int = 0) -> dict:
     """bf16 vs W8A8 greedy generation with w8a8.Generator (module docstring). Returns the figures it prints."""
-    from w8a8.bench.model import build_model
     from w8a8.generation import Generator
 
-    model, config = build_model("llama3-8b", GEN_LAYERS, dev)
-    torch.manual_seed(seed)
-    with torch.no_grad():  # trained-like scale, so that the logits pick tokens by clear margins
-        for name, p in model.named_parameters():
-            if p.dim() == 2 and "embed" not in name:
-                p.normal_(std=p.shape[1] ** -0.5)
+    model, config = build_llama("llama3-8b", GEN_LAYERS, dev)
+    _trained_scale(model, seed)
     qmodel = copy.deepcopy(model)
     report = quantize_model(qmodel, skip=("lm_head",), progress=True)
     ids = torch.randint(0, config.vocab_size, (1, GEN_PROMPT), device=dev)
@@ -161,43 +120,38 @@ def generation(dev: torch.device, seed: int = 0) -> dict:
     return {"ms": ms, "same": int(same.sum()), "first_diff": first_diff}
 
 
+# The CPU demo: the "small" Llama, this many layers and prompt tokens, float32.
+CPU_LAYERS = 4
+CPU_TOKENS = 64
+
+
 def run(device: str | None = None, repeats: int = 5, seed: int = 0) -> dict:
     """Build, quantize, compare and time. Returns the figures it prints."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type == "cuda":
-        try:
-            import transformers  # noqa: F401
-        except ImportError:
-            print("transformers is not installed: the demo runs its small model instead of generation")
-        else:
-            return generation(dev, seed)
-    size = GPU_SIZE if dev.type == "cuda" else CPU_SIZE
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    torch.manual_seed(seed)
-    model = TinyDecoder(size).to(dev, dtype).eval()
-    for p in model.parameters():  # trained-like scale: keep activations O(1)
-        if p.dim() == 2:
-            nn.init.normal_(p, std=p.shape[1] ** -0.5)
+        return generation(dev, seed)
+    model, config = build_llama("small", CPU_LAYERS, dev, torch.float32)
+    _trained_scale(model, seed)
     qmodel = copy.deepcopy(model)
     report = quantize_model(qmodel, skip=("lm_head",), progress=True)
     backend = dispatch.choose("scaled_mm", dev)
-    x = torch.randn(size.tokens, size.hidden, device=dev, dtype=dtype)
+    ids = torch.randint(0, config.vocab_size, (1, CPU_TOKENS), device=dev)
     with torch.inference_mode():
-        ref = model(x).float()
-        qmodel(x)  # the first forward: w8a8.fuse records what to fuse (shared and fused quantization, merged GEMMs)
-        out = qmodel(x).float()
+        ref = model(input_ids=ids).logits.float()
+        out = qmodel(input_ids=ids).logits.float()
         rel_err = ((out - ref).norm() / ref.norm()).item()
-        cos = nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0).item()
-        t_float = _time_ms(lambda: model(x), dev, repeats)
-        t_int8 = _time_ms(lambda: qmodel(x), dev, repeats)
-    print(f"device {dev} ({torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'CPU'}), {dtype}")
-    print(f"model: {size.layers} blocks, hidden {size.hidden}, ffn {size.ffn}, {size.tokens} tokens")
+        same = (out.argmax(-1) == ref.argmax(-1)).float().mean().item()
+        t_float = _time_ms(lambda: model(input_ids=ids), dev, repeats)
+        t_int8 = _time_ms(lambda: qmodel(input_ids=ids), dev, repeats)
+    print(f"device {dev} (CPU), {torch.float32}")
+    print(f"model: transformers LlamaForCausalLM, {CPU_LAYERS} layers, hidden {config.hidden_size}, "
+          f"ffn {config.intermediate_size}, random weights, {CPU_TOKENS} tokens; lm_head stays float")
     print(report.summary())
     print("fusion:", qmodel.w8a8_fusion.summary())
     print(f"scaled_mm kernels: {backend}")
-    print(f"output error vs float model: relative L2 {rel_err:.4f}, cosine {cos:.5f}")
+    print(f"logits vs the float model: relative L2 error {rel_err:.4f}, same top token at {100 * same:.0f}% "
+          "of positions")
     print(f"time per forward (median of {repeats}): float {t_float:.2f} ms, w8a8 {t_int8:.2f} ms "
           f"({t_float / t_int8:.2f}x)")
-    if dev.type == "cpu":
-        print("note: on the CPU, w8a8 runs the exact reference path (float64 matmul); it checks, it is not fast.")
+    print("note: on the CPU, w8a8 runs the exact reference path (float64 matmul); it checks, it is not fast.")
     return {"rel_err": rel_err, "t_float_ms": t_float, "t_int8_ms": t_int8, "backend": backend}

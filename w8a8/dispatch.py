@@ -16,7 +16,7 @@ kernel (``backend``)   what runs
                        quantizer + GEMM as one C++ call for few-token calls.
 ``"sm80"``             ``w8a8::scaled_mm_sm80`` (``w8a8._C_sm80``): CUTLASS mma.sync
                        tiles for Ampere / Ada (also runs on an H100 when named).
-``"cuda"``             ``w8a8::quantize_*_cuda`` (``w8a8._C``): the CUDA quantizers.
+``"sm90"``             also the CUDA quantizers ``w8a8::quantize_*_sm90`` (``w8a8._C``).
 ``"triton"``           ``w8a8::*_triton``: any CUDA GPU; on the CPU only under
                        ``TRITON_INTERPRET=1`` (a test tool, never a default).
 ``"reference"``        ``w8a8.reference``: exact, any device.
@@ -39,7 +39,7 @@ import warnings
 
 import torch
 
-from w8a8 import rows, reference, validate
+from w8a8 import padding, reference, validate
 
 # Kernels by op, fastest first (the default order on a GPU). Per-token quantization on
 # the H100 (quant_h100.json, quant_serving_h100.json): the CUDA quantizer takes 1.7-2.2 us
@@ -47,8 +47,8 @@ from w8a8 import rows, reference, validate
 # 83% / 76% at M = 8192, K = 4096 / 14336; it is built for sm_90 only (Triton elsewhere).
 BACKENDS = {
     "scaled_mm": ("sm90", "sm80", "triton", "reference"),
-    "quantize_per_token": ("cuda", "triton", "reference"),
-    "quantize_static": ("triton", "cuda", "reference"),
+    "quantize_per_token": ("sm90", "triton", "reference"),
+    "quantize_static": ("triton", "sm90", "reference"),
     # The fused producer + quantizer ops (w8a8.triton.fused_quant): Triton is their only
     # GPU kernel.
     "rms_norm_quant": ("triton", "reference"),
@@ -154,7 +154,7 @@ def _default_candidate(backend: str, device: torch.device) -> bool:
     """A compiled family is a default only on the GPUs it is built for: the sm80 kernels on
     8.x (on an H100 they run only when named), the sm90 ones and the CUDA quantizers on 9.x.
     Elsewhere the next kernel is the device's fastest, not a fallback to warn about."""
-    if backend not in ("sm80", "sm90", "cuda") or device.type != "cuda":
+    if backend not in ("sm80", "sm90") or device.type != "cuda":
         return True
     major = _capability(device.index if device.index is not None else torch.cuda.current_device())[0]
     return major == (8 if backend == "sm80" else 9)
@@ -309,16 +309,16 @@ _REFERENCE = {
 
 def _cuda_quantize_per_token(x):
     """The CUDA per-token quantizer, its outputs in row-padded storage as the other GPU
-    producers allocate theirs (w8a8.rows)."""
+    producers allocate theirs (w8a8.padding)."""
     m = math.prod(x.shape[:-1]) if isinstance(x, torch.Tensor) else 0  # the op refuses what it cannot take
-    return torch.ops.w8a8.quantize_per_token_cuda.default(x, rows.padded_rows(m))
+    return torch.ops.w8a8.quantize_per_token_sm90.default(x, padding.padded_rows(m))
 
 
 def kernel(op: str, backend: str):
     """The callable of a kernel: its torch op, or the validated reference."""
     if backend == "reference":
         return _REFERENCE[op]
-    if (op, backend) == ("quantize_per_token", "cuda"):
+    if (op, backend) == ("quantize_per_token", "sm90"):
         return _cuda_quantize_per_token
     return getattr(torch.ops.w8a8, f"{op}_{backend}").default
 
@@ -343,12 +343,32 @@ def scaled_mm_kernel(a, b, out_dtype, backend: str | None = None):
 
 
 def _sm90_padded(op, a, b, a_scale, b_scale, bias, out_dtype):
-    """The sm90 GEMM on ``rows.padded_rows(M)`` rows where the operands' storage holds
+    """The sm90 GEMM on ``padding.padded_rows(M)`` rows where the operands' storage holds
     them (activations from the package's producers), its output cut back to M rows."""
-    padded = rows.padded_operands(a, a_scale) if isinstance(a, torch.Tensor) and a.dim() == 2 else None
+    padded = padding.padded_operands(a, a_scale) if isinstance(a, torch.Tensor) and a.dim() == 2 else None
     if padded is None:
         return op(a, b, a_scale, b_scale, bias, out_dtype)
     return op(padded[0], b, padded[1], b_scale, bias, out_dtype)[: a.shape[0]]
+
+
+SCHEDULERS = ("auto", "persistent", "stream_k")
+
+
+def scaled_mm_sm90_decomposed(a, b, a_scale, b_scale, bias, out_dtype, backend, split_k, scheduler):
+    """``scaled_mm`` with the sm90 kernel's K decomposition named (``split_k``, ``scheduler``):
+    only on the sm90 kernels, and only when they are named (a default route could land on
+    another kernel, which has no such control)."""
+    if backend != "sm90":
+        raise ValueError(f"w8a8.scaled_mm: split_k / scheduler choose the sm90 kernels' K decomposition and need "
+                         f"backend='sm90', got backend={backend!r} (split_k={split_k!r}, scheduler={scheduler!r})")
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"w8a8.scaled_mm: scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
+    if split_k is not None and (isinstance(split_k, bool) or not isinstance(split_k, int)):
+        raise ValueError(f"w8a8.scaled_mm: split_k must be None or an int >= 1, got {split_k!r}")
+    device = a.device if isinstance(a, torch.Tensor) else torch.device("cpu")
+    choose("scaled_mm", device, "sm90")  # raises with the reason where the sm90 kernels cannot run
+    op = functools.partial(torch.ops.w8a8.scaled_mm_sm90.default, config="", split_k=split_k, scheduler=scheduler)
+    return _sm90_padded(op, a, b, a_scale, b_scale, bias, out_dtype)
 
 
 def quantize_kernel(op: str, x, backend: str | None = None):
@@ -365,14 +385,14 @@ def _linear_sm90_serves(device_index: int, dtype: torch.dtype, k: int, n: int) -
     device = torch.device("cuda", device_index)
     return (
         _best("scaled_mm", "cuda", device_index) == "sm90"
-        and unavailable_reason("quantize_per_token", "cuda", device) is None
+        and unavailable_reason("quantize_per_token", "sm90", device) is None
         and cutlass_shape_reason(k, n, dtype) is None
     )
 
 
 def _linear_sm90_rows(x, weight) -> int:
     """The rows W8A8Linear's forward runs the single op w8a8::linear_sm90 on (the tokens
-    padded as the producers pad theirs, w8a8.rows), or 0 where it does not: few tokens, a
+    padded as the producers pad theirs, w8a8.padding), or 0 where it does not: few tokens, a
     device and shape ``_linear_sm90_serves``, a weight the CUTLASS kernels can read
     (otherwise the composed path routes or refuses with the op's words)."""
     if not isinstance(x, torch.Tensor) or x.device.type != "cuda" or not isinstance(weight, torch.Tensor) \
@@ -381,7 +401,7 @@ def _linear_sm90_rows(x, weight) -> int:
     n, k = weight.shape
     if x.shape[-1] != k or x.numel() > LINEAR_SM90_MAX_TOKENS * max(k, 1):
         return 0
-    padded = rows.padded_rows(math.prod(x.shape[:-1]))
+    padded = padding.padded_rows(math.prod(x.shape[:-1]))
     fits = (
         _linear_sm90_serves(x.device.index, x.dtype, k, n)
         and weight.dtype == torch.int8

@@ -13,7 +13,7 @@ ACT_QUANT_MODES = ("dynamic", "static")
 
 
 class QuantizedActivation(NamedTuple):
-    """An activation already quantized per token (``w8a8.quantize_per_token``,
+    """An activation already quantized per token (``w8a8.ops.quantize_per_token``,
     ``rms_norm_quant``, ``silu_mul_quant``): a dynamic ``W8A8Linear`` given one runs only
     its GEMM. ``codes`` int8 [..., K]; ``scales`` float32 [..., 1]; ``dtype`` the float
     dtype of the output (the model's)."""
@@ -263,7 +263,7 @@ class W8A8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         """``x`` float [..., in_features], or a ``QuantizedActivation`` (dynamic layers only).
-        A layer in a ``w8a8.fuse`` group shares its input's quantization with its siblings."""
+        A layer in a ``w8a8.fusion.eager`` group shares its input's quantization with its siblings."""
         if isinstance(x, QuantizedActivation):
             return self.forward_quantized(x)
         group = self.__dict__.get("_w8a8_group")
@@ -297,7 +297,7 @@ class W8A8Linear(nn.Module):
         return out.view(*codes.shape[:-1], self.out_features)
 
     def clear_group(self) -> None:
-        """Leave a ``w8a8.fuse`` group: the layer runs on its own again."""
+        """Leave a ``w8a8.fusion.eager`` group: the layer runs on its own again."""
         self.__dict__.pop("_w8a8_group", None)
         self.__dict__.pop("_w8a8_index", None)
 

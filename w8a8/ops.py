@@ -22,6 +22,8 @@ The math is stated in ``w8a8.reference``.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from w8a8 import dispatch, validate
@@ -99,7 +101,7 @@ for _name, _fake in _FAKES.items():
     if _name != "linear":
         torch.library.register_fake(f"w8a8::{_name}_triton", _fake)
 if dispatch.load("_C")[0]:
-    for _name in ("scaled_mm_sm90", "quantize_per_token_cuda", "quantize_static_cuda", "linear_sm90"):
+    for _name in ("scaled_mm_sm90", "quantize_per_token_sm90", "quantize_static_sm90", "linear_sm90"):
         torch.library.register_fake(f"w8a8::{_name}", _FAKES[_name.rsplit("_", 1)[0]])
 if dispatch.load("_C_sm80")[0]:
     torch.library.register_fake("w8a8::scaled_mm_sm80", _fake_scaled_mm)
@@ -222,7 +224,7 @@ def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[tor
     Parameters
     ----------
     x : Tensor [..., K], float16 / bfloat16 / float32, unit stride along K, K >= 1.
-    backend : None (the op: the device's fastest kernel), or ``"triton"``, ``"cuda"``,
+    backend : None (the op: the device's fastest kernel), or ``"triton"``, ``"sm90"``,
         ``"reference"`` to run that kernel (tests, benchmarks).
 
     Returns
@@ -233,7 +235,7 @@ def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[tor
         An all-zero row gives q = 0, scale = 0. A row holding Inf or NaN gives
         q = 0 and scale = NaN, so that row of any product is NaN downstream.
         On a GPU both live in storage padded to the sm90 GEMM's tile edge
-        (``w8a8.rows.padded_rows``: 33..47 rows to 48, 65..96 to 96, 97..128 to 128, 129..192
+        (``w8a8.padding.padded_rows``: 33..47 rows to 48, 65..96 to 96, 97..128 to 128, 129..192
         to 192, 193..256 to 256, 257..320 to 320, 321..384 to 384, 385..512 to 512), which
         the sm90 ``scaled_mm`` runs on.
     """
@@ -272,6 +274,9 @@ def scaled_mm(
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.bfloat16,
     backend: str | None = None,
+    *,
+    split_k: int | None = None,
+    scheduler: Literal["auto", "persistent", "stream_k"] = "auto",
 ) -> torch.Tensor:
     """int8 x int8 matmul with a fused dequantization epilogue: ``w8a8::scaled_mm``.
 
@@ -289,11 +294,19 @@ def scaled_mm(
     backend : None (the op: the device's fastest kernel that takes these operands;
         a fallback on a GPU is warned once), or ``"sm90"``, ``"sm80"``, ``"triton"``,
         ``"reference"`` to run that kernel (tests, benchmarks; raises if unavailable).
+    split_k : with ``backend="sm90"`` only: None (the heuristic), 1 (no split) or S > 1, K
+        split S ways over as many CTAs (at most one split per 128-wide K tile), the int32
+        partial sums reduced in a fixed order (deterministic, bit-identical to no split).
+    scheduler : with ``backend="sm90"`` only: ``"auto"`` (the heuristic), ``"persistent"``
+        (data-parallel: one CTA per output tile's whole K loop) or ``"stream_k"`` (CUTLASS's
+        stream-K: K iterations balanced over the SMs). docs/GUIDE.md says when either pays.
 
     Returns
     -------
     out : Tensor [M, N], row-major, ``out_dtype``, on a's device.
     """
+    if split_k is not None or scheduler != "auto":
+        return dispatch.scaled_mm_sm90_decomposed(a, b, a_scale, b_scale, bias, out_dtype, backend, split_k, scheduler)
     if backend is None and not _eager(a):
         return torch.ops.w8a8.scaled_mm.default(a, b, a_scale, b_scale, bias, out_dtype)
     return dispatch.scaled_mm_kernel(a, b, out_dtype, backend)(a, b, a_scale, b_scale, bias, out_dtype)

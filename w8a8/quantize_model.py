@@ -22,7 +22,7 @@ class QuantizationReport:
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
     sqnr_db: dict[str, float] = dataclasses.field(default_factory=dict)
     unmatched_skip: list[str] = dataclasses.field(default_factory=list)  # skip patterns that matched no layer
-    fusion: Any = None  # w8a8.fuse.FusionReport; None: not fused, or fused at the model's first forward
+    fusion: Any = None  # w8a8.fusion.eager.FusionReport; None: not fused, or fused at the model's first forward
 
     def summary(self) -> str:
         lines = [f"replaced {len(self.replaced)} Linear layers, skipped {len(self.skipped)}"]
@@ -269,8 +269,8 @@ def quantize_model(
     progress : tqdm bars (calibration, SmoothQuant, quantization).
 
     With ``calibration``: SmoothQuant first when ``smoothquant_alpha`` is set
-    (``w8a8.smooth``, the model's norms and Linears rescaled in place), then for
-    ``act_quant="static"`` the input scales (``w8a8.calibrate``) unless ``input_scales``
+    (``w8a8.calibrate.smooth``, the model's norms and Linears rescaled in place), then for
+    ``act_quant="static"`` the input scales (``w8a8.calibrate.calibrate``) unless ``input_scales``
     are given.
 
     Returns
@@ -331,13 +331,13 @@ def quantize_model(
 
 
 def apply_fusion(model: nn.Module, merge: bool = True):
-    """``w8a8.fuse_model`` on a quantized model, and the torch.compile graph pass installed.
+    """``w8a8.fusion.fuse_model`` on a quantized model, and the torch.compile graph pass installed.
 
     Recorded from a probe forward (8 token ids) for a transformers model on a GPU; any
     other model, or one on the CPU (where a probe of a large model would take minutes), is
     recorded at its first eager forward. Returns the FusionReport, or None when armed."""
-    from w8a8 import fuse as fuse_mod
-    from w8a8 import fusion
+    from w8a8.fusion import eager as fuse_mod
+    from w8a8.fusion import inductor as fusion
 
     fusion.install()
     probe = fuse_mod.probe_inputs(model)

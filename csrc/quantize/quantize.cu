@@ -32,8 +32,8 @@ namespace w8a8 {
 namespace {
 
 constexpr int kBlockThreads = 256;
-constexpr const char* kPerTokenOp = "quantize_per_token_cuda";
-constexpr const char* kStaticOp = "quantize_static_cuda";
+constexpr const char* kPerTokenOp = "quantize_per_token_sm90";
+constexpr const char* kStaticOp = "quantize_static_sm90";
 constexpr float kQMin = -128.0f;
 constexpr float kQMax = 127.0f;
 constexpr float kSymmetricQMax = 127.0f;
@@ -504,16 +504,16 @@ void check_params(const QuantizeParams& p, const char* op) {
 
 }  // namespace
 
-void quantize_per_token_cuda(const QuantizeParams& params, float* scale, cudaStream_t stream) {
+void quantize_per_token_sm90(const QuantizeParams& params, float* scale, cudaStream_t stream) {
   if (params.rows == 0) return;
-  check_params(params, "quantize_per_token_cuda");
+  check_params(params, "quantize_per_token_sm90");
   by_dtype<PerToken>(params.in_dtype, params, scale, stream);
 }
 
-void quantize_static_cuda(const QuantizeParams& params, const float* scale, const void* zero_point,
+void quantize_static_sm90(const QuantizeParams& params, const float* scale, const void* zero_point,
                           bool zero_point_is_int32, cudaStream_t stream) {
   if (params.rows == 0) return;
-  check_params(params, "quantize_static_cuda");
+  check_params(params, "quantize_static_sm90");
   by_dtype<Static>(params.in_dtype, params, scale, zero_point, zero_point_is_int32, stream);
 }
 

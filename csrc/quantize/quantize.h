@@ -1,5 +1,5 @@
 // Torch-free interface of the CUDA activation quantizers (the kernels of the ops
-// w8a8::quantize_per_token_cuda / quantize_static_cuda, torch/quantize.cpp).
+// w8a8::quantize_per_token_sm90 / quantize_static_sm90, torch/quantize.cpp).
 //
 // The math is w8a8/reference.py, bit for bit:
 //   per token: scale[r] = amax(|x[r, :]|) / 127                 (fp32, IEEE division)
@@ -34,11 +34,11 @@ struct QuantizeParams {
 };
 
 // Enqueues per-token quantization on `stream`; scale is [rows] fp32. rows >= 0, k >= 1.
-void quantize_per_token_cuda(const QuantizeParams& params, float* scale, cudaStream_t stream);
+void quantize_per_token_sm90(const QuantizeParams& params, float* scale, cudaStream_t stream);
 
 // Enqueues static quantization on `stream`. scale: one fp32 value on the device;
 // zero_point: null, or one int8 (zero_point_is_int32 = false) / int32 value on the device.
-void quantize_static_cuda(const QuantizeParams& params, const float* scale, const void* zero_point,
+void quantize_static_sm90(const QuantizeParams& params, const float* scale, const void* zero_point,
                           bool zero_point_is_int32, cudaStream_t stream);
 
 }  // namespace w8a8

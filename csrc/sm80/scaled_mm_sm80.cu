@@ -39,18 +39,13 @@ constexpr ConfigEntry split_k_entry(sm80::ConfigId id, const char* name) {
   return make_entry<Config, sm80::ScaledMmSm80SplitKLauncher>(id, name, &sm80::split_k_slices<Config>);
 }
 
-// Names: tile M x N x K, warp tile, stages.
-constexpr ConfigEntry kConfigs[] = {
-    entry<sm80::Sm80Tile16x64x128_W16x64x64_S5>(sm80::kTile16x64, "16x64x128_w16x64x64_s5"),
-    entry<sm80::Sm80Tile32x64x128_W32x64x64_S5>(sm80::kTile32x64, "32x64x128_w32x64x64_s5"),
-    entry<sm80::Sm80Tile64x128x128_W64x64x64_S4>(sm80::kTile64x128, "64x128x128_w64x64x64_s4"),
-    entry<sm80::Sm80Tile128x128x64_W64x64x64_S5>(sm80::kTile128x128, "128x128x64_w64x64x64_s5"),
-    entry<sm80::Sm80Tile128x256x64_W64x64x64_S4>(sm80::kTile128x256, "128x256x64_w64x64x64_s4"),
-    entry<sm80::Sm80Tile96x128x64_W48x64x64_S5>(sm80::kTile96x128, "96x128x64_w48x64x64_s5"),
-    entry<sm80::Sm80Tile80x128x128_W80x32x128_S3>(sm80::kTile80x128, "80x128x128_w80x32x128_s3"),
-    split_k_entry<sm80::Sm80Tile96x128x64_W48x64x64_S5_SplitK>(sm80::kTile96x128SplitK,
-                                                               "96x128x64_w48x64x64_s5_splitk"),
-};
+#define W8A8_SM80_ENTRY(id, name, Config) entry<sm80::Config>(sm80::id, name),
+#define W8A8_SM80_SPLIT_K_ENTRY(id, name, Config) split_k_entry<sm80::Config>(sm80::id, name),
+// The table of scaled_mm_sm80_configs.cuh (W8A8_SM80_TABLE), in id order. Names: tile M x N x K,
+// warp tile, stages.
+constexpr ConfigEntry kConfigs[] = {W8A8_SM80_TABLE(W8A8_SM80_ENTRY, W8A8_SM80_SPLIT_K_ENTRY)};
+#undef W8A8_SM80_ENTRY
+#undef W8A8_SM80_SPLIT_K_ENTRY
 
 constexpr bool table_matches_ids() {
   if (sizeof(kConfigs) / sizeof(kConfigs[0]) != sm80::kNumConfigs) return false;

@@ -170,19 +170,23 @@ int split_k_slices(int64_t m, int64_t n, int64_t k, const Sm80Device& device) {
   return best;
 }
 
-// Positions in the table of scaled_mm_sm80.cu; names, not ids, are the
-// interface. Every entry is a rung of the ladder below.
-enum ConfigId : int {
-  kTile16x64,
-  kTile32x64,
-  kTile64x128,
-  kTile128x128,
-  kTile128x256,
-  kTile96x128,
-  kTile80x128,
-  kTile96x128SplitK,
-  kNumConfigs
-};
+// The config table, stated once: X(id, name, config) for a data-parallel entry, S(id, name,
+// config) for a split-K one. It gives the ids below (positions; names are the interface),
+// the table of scaled_mm_sm80.cu, and setup.py generates one instance file per config from
+// it. Every entry is a rung of the ladder below.
+#define W8A8_SM80_TABLE(X, S)                                                          \
+  X(kTile16x64, "16x64x128_w16x64x64_s5", Sm80Tile16x64x128_W16x64x64_S5)               \
+  X(kTile32x64, "32x64x128_w32x64x64_s5", Sm80Tile32x64x128_W32x64x64_S5)               \
+  X(kTile64x128, "64x128x128_w64x64x64_s4", Sm80Tile64x128x128_W64x64x64_S4)            \
+  X(kTile128x128, "128x128x64_w64x64x64_s5", Sm80Tile128x128x64_W64x64x64_S5)           \
+  X(kTile128x256, "128x256x64_w64x64x64_s4", Sm80Tile128x256x64_W64x64x64_S4)           \
+  X(kTile96x128, "96x128x64_w48x64x64_s5", Sm80Tile96x128x64_W48x64x64_S5)              \
+  X(kTile80x128, "80x128x128_w80x32x128_s3", Sm80Tile80x128x128_W80x32x128_S3)          \
+  S(kTile96x128SplitK, "96x128x64_w48x64x64_s5_splitk", Sm80Tile96x128x64_W48x64x64_S5_SplitK)
+
+#define W8A8_SM80_CONFIG_ID(id, ...) id,
+enum ConfigId : int { W8A8_SM80_TABLE(W8A8_SM80_CONFIG_ID, W8A8_SM80_CONFIG_ID) kNumConfigs };
+#undef W8A8_SM80_CONFIG_ID
 
 // The ladder: the entry a call without a named config runs. Read from a sweep
 // of every config at every M = 1..512 on the H100 (forced path) on the

@@ -58,108 +58,23 @@ constexpr ConfigEntry decode_entry(ConfigId id, const char* name, int k_split) {
                      {1, Raster::kHeuristic, Decomposition::kDataParallel, k_split}};
 }
 
-// Scheduler options: {max swizzle, raster order, decomposition, splits}.
+// Scheduler options: {max swizzle, raster order, decomposition, splits}; the table names them.
 constexpr SchedulerOptions kDefault = {1, Raster::kHeuristic, Decomposition::kHeuristic, 1};
 constexpr SchedulerOptions kDataParallel = {1, Raster::kHeuristic, Decomposition::kDataParallel, 1};
+[[maybe_unused]] constexpr SchedulerOptions kForcedStreamK = {1, Raster::kHeuristic, Decomposition::kStreamK, 1};
+constexpr SchedulerOptions kSwizzle8 = {8, Raster::kHeuristic, Decomposition::kHeuristic, 1};
+constexpr SchedulerOptions kSwizzle8RasterN = {8, Raster::kAlongN, Decomposition::kHeuristic, 1};
+[[maybe_unused]] constexpr SchedulerOptions kSwizzle8RasterM = {8, Raster::kAlongM, Decomposition::kHeuristic, 1};
 
+#define W8A8_SM90_ENTRY(id, name, Config, options) entry<sm90::Config>(sm90::id, name, options),
+#define W8A8_SM90_DECODE_ENTRY(id, name, run, k_split) decode_entry<&run>(sm90::id, name, k_split),
+// The table of scaled_mm_sm90_configs.cuh (W8A8_SM90_TABLE), in id order.
 constexpr ConfigEntry kConfigs[] = {
-    entry<sm90::Sm90SwapABCoopStreamK128x16x128_1x1>(sm90::kSwap128x16StreamK, "swap_128x16x128_1x1_coop_streamk",
-                                                     kDefault),
-    entry<sm90::Sm90SwapABCoopStreamK128x64x128_1x1>(sm90::kSwap128x64StreamK, "swap_128x64x128_1x1_coop_streamk",
-                                                     kDefault),
-    entry<sm90::Sm90Pingpong64x128x128_2x1>(sm90::kPingpong64x128, "64x128x128_2x1_pingpong_swz8",
-                                            {8, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90Pingpong128x128x128_2x1>(sm90::kPingpong128x128, "128x128x128_2x1_pingpong_swz8",
-                                             {8, Raster::kHeuristic, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90Coop128x256x128_2x1>(sm90::kCoop128x256RasterN, "128x256x128_2x1_coop_swz8_rasterN",
-                                         {8, Raster::kAlongN, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90CoopStreamK128x128x128_1x1>(sm90::kCoop128x128StreamK, "128x128x128_1x1_coop_streamk",
-                                                kDataParallel),
-    decode_entry<&gemv_run>(sm90::kGemvSplit1, "gemv_dp4a_ksplit1", 1),
-    decode_entry<&skinny_run>(sm90::kSkinnySplit8, "skinny_mma_ksplit8", 8),
-    entry<sm90::Sm90SwapABWarpSpecialized64x32x256_1x1>(sm90::kSwap64x32, "swap_64x32x256_1x1_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x64x256_1x1>(sm90::kSwap64x64, "swap_64x64x256_1x1_ws", kDefault),
-    entry<sm90::Sm90WarpSpecialized64x64x256_1x1>(sm90::kWarpSpecialized64x64, "64x64x256_1x1_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x96x256_1x1>(sm90::kSwap64x96, "swap_64x96x256_1x1_ws", kDefault),
-    entry<sm90::Sm90SwapABCoop128x96x128_1x2>(sm90::kSwap128x96Cluster, "swap_128x96x128_1x2_coop", kDefault),
-    entry<sm90::Sm90SwapABCoop128x192x128_1x1>(sm90::kSwap128x192, "swap_128x192x128_1x1_coop", kDefault),
-    entry<sm90::Sm90SwapABCoop128x64x128_1x2>(sm90::kSwap128x64Cluster, "swap_128x64x128_1x2_coop", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x16x256_1x2>(sm90::kSwap64x16Cluster, "swap_64x16x256_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x32x256_1x2>(sm90::kSwap64x32Cluster, "swap_64x32x256_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x48x256_1x2>(sm90::kSwap64x48Cluster, "swap_64x48x256_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x64x256_1x2>(sm90::kSwap64x64Cluster, "swap_64x64x256_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x96x128_1x2>(sm90::kSwap64x96Cluster, "swap_64x96x128_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x128x128_1x2>(sm90::kSwap64x128Cluster, "swap_64x128x128_1x2_ws", kDefault),
-    entry<sm90::Sm90Coop128x96x128_2x1>(sm90::kCoop128x96Cluster, "128x96x128_2x1_coop", kDefault),
-    entry<sm90::Sm90Coop128x192x128_2x1>(sm90::kCoop128x192Cluster, "128x192x128_2x1_coop", kDefault),
-    entry<sm90::Sm90SwapABCoop128x80x128_1x2>(sm90::kSwap128x80Cluster, "swap_128x80x128_1x2_coop", kDefault),
-    entry<sm90::Sm90SwapABCoop128x160x128_1x1>(sm90::kSwap128x160, "swap_128x160x128_1x1_coop", kDefault),
-    entry<sm90::Sm90Coop128x240x128_1x1>(sm90::kCoop128x240, "128x240x128_1x1_coop", kDefault),
-#ifdef W8A8_SWEEP_CONFIGS
-    entry<sm90::Sm90Coop256x128x128_1x2>(sm90::kCoop256x128RasterM, "256x128x128_1x2_coop_swz8_rasterM",
-                                         {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90Coop128x256x128_2x1>(sm90::kCoop128x256RasterM, "128x256x128_2x1_coop_swz8_rasterM",
-                                         {8, Raster::kAlongM, Decomposition::kHeuristic, 1}),
-    entry<sm90::Sm90SwapABCoopStreamK128x16x128_1x1>(sm90::kSwap128x16ForcedStreamK,
-                                                     "swap_128x16x128_1x1_coop_streamk_forced",
-                                                     {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
-    entry<sm90::Sm90SwapABCoopStreamK128x64x128_1x1>(sm90::kSwap128x64ForcedStreamK,
-                                                     "swap_128x64x128_1x1_coop_streamk_forced",
-                                                     {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
-    decode_entry<&gemv_run>(sm90::kGemvSplit2, "gemv_dp4a_ksplit2", 2),
-    decode_entry<&gemv_run>(sm90::kGemvSplit4, "gemv_dp4a_ksplit4", 4),
-    decode_entry<&gemv_run>(sm90::kGemvSplit8, "gemv_dp4a_ksplit8", 8),
-    decode_entry<&skinny_run>(sm90::kSkinnySplit1, "skinny_mma_ksplit1", 1),
-    decode_entry<&skinny_run>(sm90::kSkinnySplit2, "skinny_mma_ksplit2", 2),
-    decode_entry<&skinny_run>(sm90::kSkinnySplit4, "skinny_mma_ksplit4", 4),
-    entry<sm90::Sm90SwapABWarpSpecialized64x16x256_1x1>(sm90::kSwap64x16WS, "swap_64x16x256_1x1_ws", kDefault),
-    entry<sm90::Sm90SwapABCoopStreamK128x16x128_1x1>(sm90::kSwap128x16DataParallel,
-                                                     "swap_128x16x128_1x1_coop_dataparallel", kDataParallel),
-    entry<sm90::Sm90SwapABCoop128x96x128_1x1>(sm90::kSwap128x96NoCluster, "swap_128x96x128_1x1_coop", kDefault),
-    entry<sm90::Sm90SwapABCoopStreamK128x64x128_1x1>(sm90::kSwap128x64DataParallel,
-                                                     "swap_128x64x128_1x1_coop_dataparallel", kDataParallel),
-    entry<sm90::Sm90CoopStreamK128x256x128_2x1>(sm90::kCoop128x256StreamK, "128x256x128_2x1_coop_streamk", kDefault),
-    entry<sm90::Sm90CoopStreamK128x256x128_2x1>(sm90::kCoop128x256ForcedStreamK, "128x256x128_2x1_coop_streamk_forced",
-                                                {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
-    entry<sm90::Sm90CoopStreamK128x128x128_1x1>(sm90::kCoop128x128ForcedStreamK, "128x128x128_1x1_coop_streamk_forced",
-                                                {1, Raster::kHeuristic, Decomposition::kStreamK, 1}),
-    entry<sm90::Sm90Pingpong64x256x128_2x1>(sm90::kPingpong64x256, "64x256x128_2x1_pingpong", kDefault),
-    entry<sm90::Sm90Pingpong64x128x128_2x2>(sm90::kPingpong64x128Cluster2x2, "64x128x128_2x2_pingpong", kDefault),
-    entry<sm90::Sm90SwapABCoop128x128x128_2x1>(sm90::kSwap128x128Cluster, "swap_128x128x128_2x1_coop", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x128x256_1x2>(sm90::kSwap64x128K256Cluster, "swap_64x128x256_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x192x128_1x2>(sm90::kSwap64x192Cluster, "swap_64x192x128_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x256x128_1x2>(sm90::kSwap64x256Cluster, "swap_64x256x128_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x16x128_1x2>(sm90::kSwap64x16K128Cluster, "swap_64x16x128_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x32x128_1x2>(sm90::kSwap64x32K128Cluster, "swap_64x32x128_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x48x128_1x2>(sm90::kSwap64x48K128Cluster, "swap_64x48x128_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x64x128_1x2>(sm90::kSwap64x64K128Cluster, "swap_64x64x128_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x96x256_1x2>(sm90::kSwap64x96K256Cluster, "swap_64x96x256_1x2_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x128x128_1x1>(sm90::kSwap64x128WS, "swap_64x128x128_1x1_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x192x128_1x1>(sm90::kSwap64x192WS, "swap_64x192x128_1x1_ws", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x256x128_1x1>(sm90::kSwap64x256WS, "swap_64x256x128_1x1_ws", kDefault),
-    entry<sm90::Sm90Coop128x144x128_1x1>(sm90::kCoop128x144, "128x144x128_1x1_coop", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x16x256_1x2_2PerSm>(sm90::kSwap64x16Cluster2PerSm,
-                                                         "swap_64x16x256_1x2_ws_2cta", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x32x256_1x2_2PerSm>(sm90::kSwap64x32Cluster2PerSm,
-                                                         "swap_64x32x256_1x2_ws_2cta", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x48x256_1x2_2PerSm>(sm90::kSwap64x48Cluster2PerSm,
-                                                         "swap_64x48x256_1x2_ws_2cta", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x64x256_1x2_2PerSm>(sm90::kSwap64x64Cluster2PerSm,
-                                                         "swap_64x64x256_1x2_ws_2cta", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x96x128_1x2_2PerSm>(sm90::kSwap64x96Cluster2PerSm,
-                                                         "swap_64x96x128_1x2_ws_2cta", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x128x128_1x2_2PerSm>(sm90::kSwap64x128Cluster2PerSm,
-                                                          "swap_64x128x128_1x2_ws_2cta", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x160x128_1x2_2PerSm>(sm90::kSwap64x160Cluster2PerSm,
-                                                          "swap_64x160x128_1x2_ws_2cta", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x192x128_1x2_2PerSm>(sm90::kSwap64x192Cluster2PerSm,
-                                                          "swap_64x192x128_1x2_ws_2cta", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x32x256_1x1_2PerSm>(sm90::kSwap64x32TwoPerSm,
-                                                         "swap_64x32x256_1x1_ws_2cta", kDefault),
-    entry<sm90::Sm90SwapABWarpSpecialized64x64x256_1x1_2PerSm>(sm90::kSwap64x64TwoPerSm,
-                                                         "swap_64x64x256_1x1_ws_2cta", kDefault),
-#endif
+    W8A8_SM90_TABLE(W8A8_SM90_ENTRY, W8A8_SM90_DECODE_ENTRY)
+    W8A8_SM90_SWEEP_TABLE(W8A8_SM90_ENTRY, W8A8_SM90_DECODE_ENTRY)
 };
+#undef W8A8_SM90_ENTRY
+#undef W8A8_SM90_DECODE_ENTRY
 
 constexpr bool table_matches_ids() {
   if (sizeof(kConfigs) / sizeof(kConfigs[0]) != sm90::kNumConfigs) return false;
@@ -193,16 +108,16 @@ void check_params(const ScaledMmSm90Params& p) {
   require(p.sm_count > 0, [] { return "sm_count > 0"; }, [&] { return std::to_string(p.sm_count); });
   require(p.scheduler == ScaledMmScheduler::kAuto || p.scheduler == ScaledMmScheduler::kPersistent ||
               p.scheduler == ScaledMmScheduler::kStreamK,
-          [] { return "scheduler auto, persistent or streamk"; }, [&] { return std::to_string(int(p.scheduler)); });
+          [] { return "scheduler auto, persistent or stream_k"; }, [&] { return std::to_string(int(p.scheduler)); });
   const int64_t k_tiles = (p.k + 127) / 128;
   require(p.split_k >= 0 && p.split_k <= k_tiles,
           [&] { return "split_k in [1, " + std::to_string(k_tiles) + "] (the number of 128-wide K tiles) or 0"; },
           [&] { return std::to_string(p.split_k); });
   require(p.split_k <= 1 || p.scheduler == ScaledMmScheduler::kAuto,
-          [] { return "split_k > 1 only with scheduler auto (persistent never splits; streamk balances by itself)"; },
+          [] { return "split_k > 1 only with scheduler auto (persistent never splits; stream_k balances by itself)"; },
           [&] {
             return "split_k=" + std::to_string(p.split_k) + " with scheduler " +
-                   (p.scheduler == ScaledMmScheduler::kPersistent ? "persistent" : "streamk");
+                   (p.scheduler == ScaledMmScheduler::kPersistent ? "persistent" : "stream_k");
           });
 }
 
@@ -217,7 +132,7 @@ const char* decomposition_name(Decomposition d) {
 
 // The entry and scheduler options a call runs:
 //   no config, scheduler auto, split_k 0: sm90::plan_auto (GEMV, skinny GEMM, then the ladder);
-//   split_k > 1 or scheduler streamk: the requested decomposition on the named entry (which must
+//   split_k > 1 or scheduler stream_k: the requested decomposition on the named entry (which must
 //     run the stream-K scheduler) or on sm90::split_capable_config(M);
 //   split_k 1 or scheduler persistent: data-parallel, on the named entry or the ladder's;
 //   a named entry alone: that entry as the table defines it.
@@ -234,7 +149,7 @@ ScaledMmSm90Plan choose(const ScaledMmSm90Params& p) {
   SchedulerOptions options = config.options;
   if (split) {
     require(config.stream_k,
-            [] { return "a stream-K-scheduler config for split_k > 1 or scheduler streamk (config '' picks one)"; },
+            [] { return "a stream-K-scheduler config for split_k > 1 or scheduler stream_k (config '' picks one)"; },
             [&] {
               return std::string("config ") + config.name +
                      (config.decode ? ", a decode kernel whose K split is part of its table entry"

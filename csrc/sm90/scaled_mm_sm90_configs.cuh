@@ -213,26 +213,7 @@ using Sm90Coop128x192x128_2x1 = Sm90Coop128xNx128_2x1<192>;
 // for the 96-token tiles (scaled_mm_rung384_h100.json); W8A8Linear 58.0 us, 1.56x bf16
 // (linear_single_op_h100.json), against 65.3, 1.37x, with those tiles.
 using Sm90Coop128x240x128_1x1 = Sm90Coop128xNx128<240, 1>;
-#ifdef W8A8_SWEEP_CONFIGS
-// Sweep only: the same 144 wide, one wave on 6144 x 4096 (129 CTAs against 96 of the
-// 192-token swap-AB tile): the kernel 18.3 against 18.9 us at 384 rows, but W8A8Linear 24.6
-// against 23.2 (H100, scaled_mm_onewave384_h100.json, the build that shipped it).
-using Sm90Coop128x144x128_1x1 = Sm90Coop128xNx128<144, 1>;
-#endif
 
-#ifdef W8A8_SWEEP_CONFIGS
-// Sweep only (no heuristic picks it): 256x128 cooperative, 1x2 cluster. Best at
-// 8192^3 (1405 TOP/s; 1434 with swizzle 8, raster along M), within 3% of
-// 128x256 on the other large shapes: not enough to add a rung.
-struct Sm90Coop256x128x128_1x2 {
-  using TileShape = Shape<_256, _128, _128>;
-  using ClusterShape = Shape<_1, _2, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-  static constexpr bool kSwapAB = false;
-};
-#endif
 
 // The non-persistent warp-specialized kernel (one CTA per output tile, one
 // consumer warpgroup) for M in (16, 128]: 64-row tiles, so twice as many
@@ -418,112 +399,9 @@ using Sm90SwapABWarpSpecialized64x96x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1
 // 4096 x 14336 at M = 256 27.6 against 31.6 us, 4096 x 4096 10.2 against 10.7
 // (scaled_mm_k128_h100.json).
 using Sm90SwapABWarpSpecialized64x128x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<128, 128, 2>;
-#ifdef W8A8_SWEEP_CONFIGS
-// Sweep only: the 128-token pair with 256-deep stages (above).
-using Sm90SwapABWarpSpecialized64x128x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<128, 256, 2>;
-// Sweep only: the pairs at 384 and 512 rows (128-deep stages; 256-deep ones would take 64 /
-// 80 KiB) tie the tiles of those rungs: 4096 x 4096 12.8 / 14.8 us against 12.8 / 15.0,
-// 4096 x 14336 35.9 / 42.7 against 35.4 / 42.2 (scaled_mm_pairwide_h100.json).
-using Sm90SwapABWarpSpecialized64x192x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<192, 128, 2>;
-using Sm90SwapABWarpSpecialized64x256x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<256, 128, 2>;
-// Sweep only: the 16-, 32-, 48- and 64-token pairs on 128-deep stages (the prefetch the
-// same bytes), up to 4% slower at their rungs' ends but for the 64-token pair on 4096 x 14336
-// (scaled_mm_pairk128_h100.json, at 32 / 64 / 96 / 128 rows: 4096 x 4096 8.0 / 8.2 / 9.2 /
-// 8.7 against 7.8 / 7.9 / 9.1 / 8.6 us; 4096 x 14336 22.4 / 22.8 / 24.3 / 23.8 against 21.9 /
-// 22.4 / 24.4 / 24.3). The 48-token one ran
-// W8A8Linear 3% faster at 96 rows (4096 x 4096 11.6 against 12.0 us), but on the quantizers'
-// 96 rows it took 9.2 us against 9.0, a step of 1.155 from M = 64 to 65 (continuity sweep of
-// a build that shipped it). And the 96-token pair on 256-deep stages.
-using Sm90SwapABWarpSpecialized64x16x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<16, 128, 8>;
-using Sm90SwapABWarpSpecialized64x32x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<32, 128, 8>;
-using Sm90SwapABWarpSpecialized64x48x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<48, 128, 4>;
-using Sm90SwapABWarpSpecialized64x64x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<64, 128, 4>;
-using Sm90SwapABWarpSpecialized64x96x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<96, 256, 2>;
-// Sweep only: two CTAs per SM (TwoPerSm), the pairs and the 1x1 tiles above with the stages
-// that fit half the shared memory (20-32 KiB stages, 84-100 KiB in all), so that the next
-// kernel's CTAs, or the quantizer's, start beside a CTA that is still draining. H100, each
-// at its rung against the ladder (scaled_mm_twopersm_h100.json, linear_twopersm_h100.json):
-// slower wherever the ladder's grid fits one CTA per SM, 4096 x 4096 at M = 16 / 64 / 128
-// 8.3 / 9.2 / 11.5 us against 7.6 / 8.0 / 8.6, 4096 x 14336 8-45%; faster only where the
-// pairs pass one wave at one CTA per SM: 6144 x 4096 at M = 5..32, the 16-token pair's 192
-// CTAs 10.8-11.2 us against 11.3-11.4 (scaled_mm_twopersmwide_h100.json), but W8A8Linear
-// there 12.5-12.7 us either way, and 8192 x 8192 up to 1.5% slower. The 96..192-token
-// pairs at 193..512 rows, end to end: 2-41% slower on 4096 x 4096 and 6144 x 4096 but at
-// 384 rows on 4096 x 4096 (16.6 against 17.0 us).
-using Sm90SwapABWarpSpecialized64x16x256_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<16, 256, 4, 2, 5>;
-using Sm90SwapABWarpSpecialized64x32x256_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<32, 256, 4, 2, 4>;
-using Sm90SwapABWarpSpecialized64x48x256_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<48, 256, 2, 2, 3>;
-using Sm90SwapABWarpSpecialized64x64x256_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<64, 256, 2, 2, 3>;
-using Sm90SwapABWarpSpecialized64x96x128_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<96, 128, 4, 2, 5>;
-using Sm90SwapABWarpSpecialized64x128x128_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<128, 128, 2, 2, 4>;
-using Sm90SwapABWarpSpecialized64x160x128_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<160, 128, 2, 2, 3>;
-using Sm90SwapABWarpSpecialized64x192x128_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<192, 128, 2, 2, 3>;
-using Sm90SwapABWarpSpecialized64x32x256_1x1_2PerSm = Sm90SwapABWarpSpecialized64xTxK<32, 256, 4, 1, 4>;
-using Sm90SwapABWarpSpecialized64x64x256_1x1_2PerSm = Sm90SwapABWarpSpecialized64xTxK<64, 256, 4, 1, 3>;
-// Sweep only: one consumer warpgroup (256 threads, which fit beside the quantizer's blocks,
-// where the cooperative tiles' 384 do not) over 128 / 192 / 256 tokens, no cluster, for
-// N past 32 x SMs at M = 129..256 (scaled_mm_ws1x1_h100.json). W8A8Linear on 6144 x 4096 at
-// 192 rows 16.7 against 18.3 us, but 17.0 against 16.4 at 129 and the kernel alone 13.8
-// against 13.2; on 8192 x 8192 and 10240 x 8192 2-17% slower end to end; at 320..512 on
-// the 4096-wide shapes (scaled_mm_ws1x1wide_h100.json) 3-16% slower than the ladder.
-using Sm90SwapABWarpSpecialized64x128x128_1x1 = Sm90SwapABWarpSpecialized64xTxK<128, 128, 2, 1>;
-using Sm90SwapABWarpSpecialized64x192x128_1x1 = Sm90SwapABWarpSpecialized64xTxK<192, 128, 2, 1>;
-using Sm90SwapABWarpSpecialized64x256x128_1x1 = Sm90SwapABWarpSpecialized64xTxK<256, 128, 2, 1>;
-#endif
-
-#ifdef W8A8_SWEEP_CONFIGS
-// Sweep only: the 128x96 tile without a cluster (the ladder's tile above before the
-// 1x2 cluster).
-using Sm90SwapABCoop128x96x128_1x1 = Sm90SwapABCoop128xTx128<96, 1>;
-
-// Sweep only: swap-AB, 16 token columns, against the skinny GEMM at M <= 16.
-struct Sm90SwapABWarpSpecialized64x16x256_1x1 {
-  using TileShape = Shape<_64, _16, _256>;
-  using ClusterShape = Shape<_1, _1, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-  static constexpr bool kSwapAB = true;
-};
-#endif
 
 
-#ifdef W8A8_SWEEP_CONFIGS
-// Sweep only, candidates for M in (64, 128] with N > 4096, where the 64x128 pingpong tile
-// re-reads each 64-token slab of activations per 128 weight rows: 256 weight rows per
-// tile (half the activation reads), or a 2x2 cluster (the activation tile multicast to
-// two weight tiles as well). None beat the pingpong tile but on one shape
-// (scaled_mm_widetiles_h100.json, M = 128): 10240 x 8192 35.7 / 35.9 us against 37.6,
-// while 8192 x 28672 took 97.3 / 109.1 against 83.6 and 57344 x 8192 177.7 / 172.4
-// against 171.9.
-struct Sm90Pingpong64x256x128_2x1 {
-  using TileShape = Shape<_64, _256, _128>;
-  using ClusterShape = Shape<_2, _1, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-  static constexpr bool kSwapAB = false;
-};
-struct Sm90Pingpong64x128x128_2x2 {
-  using TileShape = Shape<_64, _128, _128>;
-  using ClusterShape = Shape<_2, _2, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-  static constexpr bool kSwapAB = false;
-};
-// Sweep only: swap-AB, all 128 tokens in one tile, 2x1 cluster (the token tile multicast
-// to two weight tiles): 4-15% behind the pingpong tile at M = 128 but on 10240 x 8192
-// (36.0 against 37.6 us; scaled_mm_widetiles_h100.json).
-struct Sm90SwapABCoop128x128x128_2x1 {
-  using TileShape = Shape<_128, _128, _128>;
-  using ClusterShape = Shape<_2, _1, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-  static constexpr bool kSwapAB = true;
-};
-#endif
+
 
 // Split_k > 1 / scheduler "streamk" requests at M > 256 (the ladder's tiles
 // there run the persistent scheduler, which cannot split K). 128x128
@@ -538,21 +416,6 @@ struct Sm90CoopStreamK128x128x128_1x1 {
   static constexpr bool kSwapAB = false;
 };
 
-#ifdef W8A8_SWEEP_CONFIGS
-// Sweep only: the compute tile of M > 512 (128x256 cooperative, 2x1 cluster) on the
-// stream-K scheduler, against a partial last wave of tiles (10240 x 8192 at M = 256: 160
-// tiles of 128x128 on 132 SMs). H100, M = 193..2048 (scaled_mm_streamk*_h100.json): ahead
-// of the ladder where its tiles end in a partly filled wave or row on N >= 8192 and at
-// M = 640 / 768, behind it on 4096-wide shapes and on most row-padded M <= 512 (KERNELS.md).
-struct Sm90CoopStreamK128x256x128_2x1 {
-  using TileShape = Shape<_128, _256, _128>;
-  using ClusterShape = Shape<_2, _1, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-  using TileScheduler = cutlass::gemm::StreamKScheduler;
-  static constexpr bool kSwapAB = false;
-};
-#endif
 
 // The launcher each instance file instantiates (defined in
 // scaled_mm_sm90_kernel.cuh). ElementOut: cutlass::bfloat16_t or cutlass::half_t.
@@ -564,87 +427,54 @@ struct ScaledMmSm90Launcher {
 };
 
 // ---------------------------------------------------------------------------
-// Config ids: positions in the table of scaled_mm_sm90.cu (which pairs each
-// with its name and SchedulerOptions; it lives in that one file because
-// taking the launchers' addresses where their definitions are visible would
-// instantiate every config in every .cu). The shipped entries are those a
-// heuristic or the split / stream-K request path can pick; the sweep-only
-// ones follow under W8A8_SWEEP_CONFIGS. Names, not ids, are the interface.
+// The config table, stated once: X(id, name, config, scheduler options) for a CUTLASS
+// entry, D(id, name, kernel, K split) for a decode kernel. It gives the ids below (positions;
+// names are the interface), the table of scaled_mm_sm90.cu, and setup.py generates one
+// instance file per CUTLASS config from the X lines. Every entry is one a heuristic or the
+// split / stream-K request path picks; sweep-only entries live in benchmarks/sweep/
+// (W8A8_SM90_SWEEP_TABLE, built there with -DW8A8_SWEEP_CONFIGS).
 // ---------------------------------------------------------------------------
-enum ConfigId : int {
-  kSwap128x16StreamK,       // split / stream-K requests, M <= 64
-  kSwap128x64StreamK,       // split / stream-K requests, M in (64, 256]
-  kPingpong64x128,          // ladder: M in (96, 128]
-  kPingpong128x128,         // ladder: M in (384, 512] and (192, 256] with N > 4096, where OneWavePolicy picks it
-  kCoop128x256RasterN,      // ladder: M > 512 (swizzle 8, raster along N)
-  kCoop128x128StreamK,      // split / stream-K requests, M > 256
-  kGemvSplit1,              // "auto": M <= 4 (GemvPolicy)
-  kSkinnySplit8,            // "auto": M = 5..16 with more 64-row weight tiles than SMs and K < 8192 (SkinnyPolicy)
-  kSwap64x32,               // ladder: M <= 32 (under "auto": 5..32 but where the skinny GEMM runs), N > 32 x SMs
-  kSwap64x64,               // ladder: M in (32, 64], N > 32 x SMs
-  kWarpSpecialized64x64,    // ladder: M in (96, 128] with 32 x SMs < N <= 4096 (GPUs with fewer than 128 SMs)
-  kSwap64x96,               // ladder: M in (64, 96] with 32 x SMs < N <= 128 x SMs; (128, 192] with 32 x SMs < N <= 4096
-  kSwap128x96Cluster,       // ladder: M in (128, 192], N > 4096 (two token tiles in one wave, or many waves); (320, 384]
-  kSwap128x192,             // ladder: M in (128, 192], N > 4096 (one token tile in one wave); (320, 384]
-  kSwap128x64Cluster,       // ladder: M in (192, 256] with 32 x SMs < N <= 4096
-  kSwap64x16Cluster,        // ladder: M <= 32 with N <= 32 x SMs (PairedTokenTilesPolicy)
-  kSwap64x32Cluster,        // ladder: M in (32, 64] with N <= 32 x SMs
-  kSwap64x48Cluster,        // ladder: M in (64, 96] with N <= 32 x SMs
-  kSwap64x64Cluster,        // ladder: M in (96, 128] with N <= 32 x SMs
-  kSwap64x96Cluster,        // ladder: M in (128, 192] with N <= 32 x SMs
-  kSwap64x128Cluster,       // ladder: M in (192, 256] with N <= 32 x SMs
-  kCoop128x96Cluster,       // ladder: M in (192, 256] / (384, 512] where its tiles fill one wave best (OneWavePolicy)
-  kCoop128x192Cluster,      // the same
-  kSwap128x80Cluster,       // ladder: M in (256, 320] (Rung320Policy)
-  kSwap128x160,             // the same
-  kCoop128x240,             // ladder: M in (320, 384] where Rung384Policy takes a one-wave tile
+#define W8A8_SM90_TABLE(X, D)                                                                                    \
+  X(kSwap128x16StreamK, "swap_128x16x128_1x1_coop_streamk", Sm90SwapABCoopStreamK128x16x128_1x1, kDefault)      \
+  X(kSwap128x64StreamK, "swap_128x64x128_1x1_coop_streamk", Sm90SwapABCoopStreamK128x64x128_1x1, kDefault)      \
+  X(kPingpong64x128, "64x128x128_2x1_pingpong_swz8", Sm90Pingpong64x128x128_2x1, kSwizzle8)                    \
+  X(kPingpong128x128, "128x128x128_2x1_pingpong_swz8", Sm90Pingpong128x128x128_2x1, kSwizzle8)                 \
+  X(kCoop128x256RasterN, "128x256x128_2x1_coop_swz8_rasterN", Sm90Coop128x256x128_2x1, kSwizzle8RasterN)       \
+  X(kCoop128x128StreamK, "128x128x128_1x1_coop_streamk", Sm90CoopStreamK128x128x128_1x1, kDataParallel)         \
+  D(kGemvSplit1, "gemv_dp4a_ksplit1", gemv_run, 1)                                                              \
+  D(kSkinnySplit8, "skinny_mma_ksplit8", skinny_run, 8)                                                         \
+  X(kSwap64x32, "swap_64x32x256_1x1_ws", Sm90SwapABWarpSpecialized64x32x256_1x1, kDefault)                      \
+  X(kSwap64x64, "swap_64x64x256_1x1_ws", Sm90SwapABWarpSpecialized64x64x256_1x1, kDefault)                      \
+  X(kWarpSpecialized64x64, "64x64x256_1x1_ws", Sm90WarpSpecialized64x64x256_1x1, kDefault)                      \
+  X(kSwap64x96, "swap_64x96x256_1x1_ws", Sm90SwapABWarpSpecialized64x96x256_1x1, kDefault)                      \
+  X(kSwap128x96Cluster, "swap_128x96x128_1x2_coop", Sm90SwapABCoop128x96x128_1x2, kDefault)                     \
+  X(kSwap128x192, "swap_128x192x128_1x1_coop", Sm90SwapABCoop128x192x128_1x1, kDefault)                         \
+  X(kSwap128x64Cluster, "swap_128x64x128_1x2_coop", Sm90SwapABCoop128x64x128_1x2, kDefault)                     \
+  X(kSwap64x16Cluster, "swap_64x16x256_1x2_ws", Sm90SwapABWarpSpecialized64x16x256_1x2, kDefault)               \
+  X(kSwap64x32Cluster, "swap_64x32x256_1x2_ws", Sm90SwapABWarpSpecialized64x32x256_1x2, kDefault)               \
+  X(kSwap64x48Cluster, "swap_64x48x256_1x2_ws", Sm90SwapABWarpSpecialized64x48x256_1x2, kDefault)               \
+  X(kSwap64x64Cluster, "swap_64x64x256_1x2_ws", Sm90SwapABWarpSpecialized64x64x256_1x2, kDefault)               \
+  X(kSwap64x96Cluster, "swap_64x96x128_1x2_ws", Sm90SwapABWarpSpecialized64x96x128_1x2, kDefault)               \
+  X(kSwap64x128Cluster, "swap_64x128x128_1x2_ws", Sm90SwapABWarpSpecialized64x128x128_1x2, kDefault)            \
+  X(kCoop128x96Cluster, "128x96x128_2x1_coop", Sm90Coop128x96x128_2x1, kDefault)                                \
+  X(kCoop128x192Cluster, "128x192x128_2x1_coop", Sm90Coop128x192x128_2x1, kDefault)                             \
+  X(kSwap128x80Cluster, "swap_128x80x128_1x2_coop", Sm90SwapABCoop128x80x128_1x2, kDefault)                     \
+  X(kSwap128x160, "swap_128x160x128_1x1_coop", Sm90SwapABCoop128x160x128_1x1, kDefault)                         \
+  X(kCoop128x240, "128x240x128_1x1_coop", Sm90Coop128x240x128_1x1, kDefault)
+
 #ifdef W8A8_SWEEP_CONFIGS
-  kCoop256x128RasterM,        // Sm90Coop256x128x128_1x2, swizzle 8, raster along M
-  kCoop128x256RasterM,        // Sm90Coop128x256x128_2x1, swizzle 8, raster along M
-  kSwap128x16ForcedStreamK,   // stream-K even where CUTLASS's heuristic keeps whole tiles
-  kSwap128x64ForcedStreamK,   // same, 64 token columns
-  kGemvSplit2,                // the GEMV with K split over 2 / 4 / 8 warps per row
-  kGemvSplit4,
-  kGemvSplit8,
-  kSkinnySplit1,              // the skinny GEMM with K split over 1 / 2 / 4 warps per row group
-  kSkinnySplit2,
-  kSkinnySplit4,
-  kSwap64x16WS,               // swap-AB 64x16x256, non-persistent
-  kSwap128x16DataParallel,    // the 128x16 cooperative tile data-parallel (the ladder's M <= 64 tile before 64x32 / 64x64)
-  kSwap128x96NoCluster,       // Sm90SwapABCoop128x96x128_1x1 (the ladder's (128, 192] tile before the 1x2 cluster)
-  kSwap128x64DataParallel,    // the 128x64 stream-K tile data-parallel (the ladder's (192, 256] tile, N <= 4096,
-                              // in plain launches before every launch was programmatic)
-  kCoop128x256StreamK,        // Sm90CoopStreamK128x256x128_2x1, CUTLASS's heuristic decomposition
-  kCoop128x256ForcedStreamK,  // the same, stream-K even where the last wave is more than half full
-  kCoop128x128ForcedStreamK,  // the 128x128 stream-K tile, stream-K (its shipped entry is data-parallel)
-  kPingpong64x256,            // candidates of the (64, 128] sweep
-  kPingpong64x128Cluster2x2,
-  kSwap128x128Cluster,
-  kSwap64x128K256Cluster,     // the 128-token pair with 256-deep stages
-  kSwap64x192Cluster,         // the pairs of PairedTokenTilesPolicy at 384 and 512 rows
-  kSwap64x256Cluster,
-  kSwap64x16K128Cluster,      // the 16-, 32-, 48-, 64-token pairs on 128-deep stages
-  kSwap64x32K128Cluster,
-  kSwap64x48K128Cluster,
-  kSwap64x64K128Cluster,
-  kSwap64x96K256Cluster,      // the 96-token pair on 256-deep stages
-  kSwap64x128WS,              // one consumer warpgroup, no cluster, 128 / 192 / 256 tokens
-  kSwap64x192WS,
-  kSwap64x256WS,
-  kCoop128x144,               // the one-wave 384-row tile 144 wide
-  kSwap64x16Cluster2PerSm,    // two CTAs per SM (TwoPerSm): the pairs of 16..192 tokens, the 1x1 tiles of 32 / 64
-  kSwap64x32Cluster2PerSm,
-  kSwap64x48Cluster2PerSm,
-  kSwap64x64Cluster2PerSm,
-  kSwap64x96Cluster2PerSm,
-  kSwap64x128Cluster2PerSm,
-  kSwap64x160Cluster2PerSm,
-  kSwap64x192Cluster2PerSm,
-  kSwap64x32TwoPerSm,
-  kSwap64x64TwoPerSm,
+#include "sm90_sweep_configs.cuh"  // benchmarks/sweep/: sweep-only structs and W8A8_SM90_SWEEP_TABLE
+#else
+#define W8A8_SM90_SWEEP_TABLE(X, D)
 #endif
+
+#define W8A8_SM90_CONFIG_ID(id, ...) id,
+enum ConfigId : int {
+  W8A8_SM90_TABLE(W8A8_SM90_CONFIG_ID, W8A8_SM90_CONFIG_ID)
+  W8A8_SM90_SWEEP_TABLE(W8A8_SM90_CONFIG_ID, W8A8_SM90_CONFIG_ID)
   kNumConfigs
 };
+#undef W8A8_SM90_CONFIG_ID
 
 // The ladder on next_pow2(M) (192 between 128 and 256, 320 and 384 between 256 and 512) and
 // N, from the config sweeps on the H100 (CUDA-graph replay, 8 shapes from 4096 x 4096 to

@@ -65,9 +65,9 @@ def calls(inp):
         lin.weight.copy_(inp["w"])
         lin.bias.copy_(inp["wb"])
     layer = w8a8.W8A8Linear.from_linear(lin, backend=MM)
-    q, s = w8a8.quantize_per_token(inp["x"], backend=QUANT)
-    qs = w8a8.quantize_static(inp["x"], inp["scale"], inp["zp"], backend=QUANT)
-    out = w8a8.scaled_mm(inp["a"], inp["b"], inp["sa"], inp["sb"], inp["bias"], torch.bfloat16, backend=MM)
+    q, s = w8a8.ops.quantize_per_token(inp["x"], backend=QUANT)
+    qs = w8a8.ops.quantize_static(inp["x"], inp["scale"], inp["zp"], backend=QUANT)
+    out = w8a8.ops.scaled_mm(inp["a"], inp["b"], inp["sa"], inp["sb"], inp["bias"], torch.bfloat16, backend=MM)
     y = layer(inp["x"])
     return [q, s, qs, out, y]
 

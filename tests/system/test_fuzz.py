@@ -51,7 +51,7 @@ def test_scaled_mm_every_backend_matches_exact_math(m, n, k, per_token, per_chan
     for backend in _available():
         if backend in ("sm90", "sm80") and (k % 16 or n % 8 or a.data_ptr() % 16 or (m > 1 and a.stride(0) % 16)):
             continue  # refused with an error (tests/test_scaled_mm.py); backend=None routes these to Triton
-        out = w8a8.scaled_mm(a, b, a_scale, b_scale, bias_t, out_dtype, backend=backend)
+        out = w8a8.ops.scaled_mm(a, b, a_scale, b_scale, bias_t, out_dtype, backend=backend)
         assert out.shape == (m, n) and out.dtype == out_dtype
         assert_ulp_close(out, expected, max_ulp=1)
 
@@ -73,10 +73,10 @@ def test_quantizers_match_reference_bit_for_bit(rows, k, dtype, magnitude, speci
     zp = torch.tensor([3], dtype=torch.int32, device=DEVICE)
     ref_static = reference.quantize_static(x.cpu(), scale.cpu(), zp.cpu())
     for backend in _available("quantize_per_token"):
-        q, s = w8a8.quantize_per_token(x, backend=backend)
+        q, s = w8a8.ops.quantize_per_token(x, backend=backend)
         assert torch.equal(q.cpu(), ref_q)
         assert torch.equal(s.cpu().nan_to_num(-1.0), ref_s.nan_to_num(-1.0))
-        assert torch.equal(w8a8.quantize_static(x, scale, zp, backend=backend).cpu(), ref_static)
+        assert torch.equal(w8a8.ops.quantize_static(x, scale, zp, backend=backend).cpu(), ref_static)
 
 
 @pytest.mark.parametrize("backend", ["reference", "triton"])
@@ -86,6 +86,6 @@ def test_same_bits_every_run(backend):
     a = torch.randint(-128, 128, (17, 64), dtype=torch.int8, device=DEVICE)
     b = torch.randint(-128, 128, (24, 64), dtype=torch.int8, device=DEVICE)
     sa, sb = torch.rand(17, 1, device=DEVICE), torch.rand(24, device=DEVICE)
-    first = w8a8.scaled_mm(a, b, sa, sb, backend=backend)
+    first = w8a8.ops.scaled_mm(a, b, sa, sb, backend=backend)
     for _ in range(10):
-        assert torch.equal(w8a8.scaled_mm(a, b, sa, sb, backend=backend), first)
+        assert torch.equal(w8a8.ops.scaled_mm(a, b, sa, sb, backend=backend), first)

@@ -1,5 +1,5 @@
 """The three ways a server runs W8A8 layers - eager, torch.compile, CUDA graphs - on a
-small decoder stack built of W8A8Linear (w8a8.demo's blocks), each checked against eager.
+small decoder stack built of W8A8Linear (tests/models.py), each checked against eager.
 
 GPU tests use bf16 stacks, which take the single-op path ``w8a8::linear_sm90`` on sm90;
 the compile tests also run on the CPU reference path (fp32).
@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import w8a8
-from w8a8.demo import DemoSize, TinyDecoder
+from models import DecoderSize, TinyDecoder
 from helpers import capture_graph
 
 ON_GPU = torch.cuda.is_available()
 DEVICES = ["cpu"] + (["cuda"] if ON_GPU else [])
-SIZE = DemoSize(hidden=256, ffn=512, layers=2, tokens=1)
+SIZE = DecoderSize(hidden=256, ffn=512, layers=2, tokens=1)
 gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
 
 
@@ -27,7 +27,7 @@ def _stack(device, act_quant="dynamic"):
     if act_quant == "static":  # calibrated-looking per-tensor scales: |x| <= ~4 over 127 codes
         scales = {name: 4.0 / 127 for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     w8a8.quantize_model(model, skip=("lm_head",), act_quant=act_quant, input_scales=scales, progress=False)
-    with torch.inference_mode():  # the warm-up forward: w8a8.fuse records it, the model is fused from here on
+    with torch.inference_mode():  # the warm-up forward: w8a8.fusion.eager records it, the model is fused from here on
         model(_inputs(2, device, dtype))
     return model, dtype
 

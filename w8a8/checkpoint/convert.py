@@ -43,14 +43,14 @@ def quantize_folder(
         Written atomically; must not be ``src`` nor hold it.
     act_quant : ``"dynamic"`` or ``"static"``; static scales are calibrated on
         ``calib_batches`` batches of ``calib_seq_len`` random token ids (a stand-in:
-        calibrate on real text with ``w8a8.calibrate`` for a production model).
+        calibrate on real text with ``w8a8.calibrate.calibrate`` for a production model).
     skip : layer names or globs kept in float.
     progress : tqdm bars (and transformers' own loading bar).
     dtype : float dtype to load the model in (``"auto"``: the config's).
     device : where the model is loaded, calibrated and quantized (None: the CPU).
     calib_texts : calibration samples (one string each), tokenized with ``src``'s tokenizer
         (truncated to ``calib_seq_len`` tokens), for static scales and SmoothQuant.
-    smoothquant_alpha : run SmoothQuant (``w8a8.smooth``) on ``calib_texts`` first.
+    smoothquant_alpha : run SmoothQuant (``w8a8.calibrate.smooth``) on ``calib_texts`` first.
 
     Returns
     -------

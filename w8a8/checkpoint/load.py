@@ -284,7 +284,7 @@ def load_quantized(
         / ``Rowwise()``; those layers become this rank's shard of ``tp_group`` and only
         their slices are copied out of the memory-mapped files (the checks still see the
         whole tensors' headers).
-    fuse : ``w8a8.fuse_model`` the loaded layers (shared quantization, merged siblings,
+    fuse : ``w8a8.fusion.fuse_model`` the loaded layers (shared quantization, merged siblings,
         fused producers; see ``W8A8Config.fuse``), recorded at the model's first eager forward.
 
     Returns

@@ -91,7 +91,7 @@ def llama_plan(model: nn.Module) -> dict[str, Style]:
 
 def shard_model(model: nn.Module, plan: dict[str, Style], group=None) -> nn.Module:
     """Replace each planned ``W8A8Linear`` of ``model`` by this rank's shard, in place.
-    Every name is checked before anything changes; a fused model (``w8a8.fuse_model``) is
+    Every name is checked before anything changes; a fused model (``w8a8.fusion.fuse_model``) is
     unfused first."""
     layers = {}
     for name, style in plan.items():
@@ -106,9 +106,9 @@ def shard_model(model: nn.Module, plan: dict[str, Style], group=None) -> nn.Modu
         style.check(name, layer.out_features, layer.in_features, layer.input_zero_point is not None, group)
         layers[name] = layer
     sharded = {name: plan[name].shard(layer, group) for name, layer in layers.items()}
-    # w8a8.fuse's groups and fused producers refer to the layers being replaced: undone first
+    # w8a8.fusion.eager's groups and fused producers refer to the layers being replaced: undone first
     # (the recording leaves tensor-parallel layers alone).
-    from w8a8.fuse import unfuse_model
+    from w8a8.fusion.eager import unfuse_model
 
     unfuse_model(model)
     for name, layer in sharded.items():

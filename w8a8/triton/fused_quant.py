@@ -518,7 +518,7 @@ def _sm_count(device: torch.device) -> int:
 
 def _outputs(x: torch.Tensor, n_float: int) -> tuple[torch.Tensor, ...]:
     """The outputs, uninitialized: codes int8 [..., K], scales fp32 [..., 1] (their storage
-    row-padded for the sm90 GEMM, ``w8a8.rows``), then ``n_float`` [..., K] tensors of x's
+    row-padded for the sm90 GEMM, ``w8a8.padding``), then ``n_float`` [..., K] tensors of x's
     dtype (normed, sum), all contiguous. (Tests poison them here.)"""
     return (*empty_codes(x), *(torch.empty(x.shape, dtype=x.dtype, device=x.device) for _ in range(n_float)))
 

@@ -39,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from w8a8 import rows as padded_rows
+from w8a8 import padding
 from w8a8.triton._launch import launching
 from w8a8.triton.quant_configs import PerTokenConfig, StaticConfig, per_token_config, static_config
 
@@ -288,9 +288,9 @@ def per_token_row_stats(x: torch.Tensor) -> torch.Tensor:
 
 def empty_codes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Uninitialized per-token outputs for ``x`` [..., K]: codes int8 [..., K] and scales fp32
-    [..., 1], contiguous, their storage row-padded for the sm90 GEMM (``w8a8.rows``)."""
-    return (padded_rows.empty(x.shape, torch.int8, x.device),
-            padded_rows.empty((*x.shape[:-1], 1), torch.float32, x.device))
+    [..., 1], contiguous, their storage row-padded for the sm90 GEMM (``w8a8.padding``)."""
+    return (padding.empty(x.shape, torch.int8, x.device),
+            padding.empty((*x.shape[:-1], 1), torch.float32, x.device))
 
 
 def quantize_with_row_stats(x: torch.Tensor, row_stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -364,6 +364,6 @@ def quantize_static(
     -------
     q : [..., K] int8, contiguous.
     """
-    q = padded_rows.empty(x.shape, torch.int8, x.device)
+    q = padding.empty(x.shape, torch.int8, x.device)
     quantize_static_out(x, scale, zero_point, q)
     return q

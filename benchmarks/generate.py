@@ -1,0 +1,212 @@
+"""Generation suite: transformers' ``LlamaForCausalLM`` at Llama-3-8B widths, bf16 vs W8A8, greedy generate.
+
+    python -m benchmarks --suites generate [--layers 32] [--prompts 128,2048] [--batches 1,16,64]
+                                           [--new-tokens 128] [--recipes graph,eager,hf-compile] [--out DIR]
+
+* the models: ``model.build_model`` (random weights, bf16, SDPA), ``--layers`` decoder layers
+  (default 32: Llama-3-8B's depth; the ratio depends on it, since lm_head stays bf16);
+  W8A8 is a copy through ``quantize_model(skip=("lm_head",))``.
+* each point: batch B of random prompts of P tokens, ``--new-tokens`` N greedy tokens.
+* recipes, the same for both models:
+  - ``graph``: ``w8a8.Generator(model, prefill_graphs=True)`` (the prompt's forward and the
+    decode step captured in CUDA graphs, the step's rotary embedding, cache write and
+    decode attention in Triton kernels; w8a8/generation.py). prefill: median wall time of
+    REPEATS prompt replays (``prefill_eager_ms``: the same forward run eagerly); decode: median
+    over REPEATS of the wall time of N - 1 steps as ``generate`` runs them (one replay and one
+    token copy each, synchronised at the end), per token. ``step_gpu_us``: the sum of the
+    CUDA kernel times of one eager step (the graph replays exactly those kernels; profiler,
+    median of 3), and ``decode_over_kernels`` = decode time per token / step_gpu_us (1.0: no
+    host overhead). The first call (both captures and one generate) takes ``capture_s``.
+  - ``graph-plain``: the same with ``kernels=False`` (transformers' own rotary embedding and
+    cache write, SDPA attention): what the kernels bring. Not in the default recipes.
+  - ``eager``: ``model.generate(do_sample=False)`` as transformers runs it by default
+    (dynamic cache, eager): after a warm-up, the median of REPEATS timed calls of
+    EAGER_NEW_TOKENS tokens; decode per token is (that time - the median of REPEATS 1-token
+    calls) / (EAGER_NEW_TOKENS - 1).
+  - ``hf-compile``: transformers' own compiled decode (``cache_implementation="static"``:
+    generate compiles the decode step, mode "reduce-overhead"), the same timing as eager,
+    after one warm-up call of the same shapes (the compile). Not in the default recipes
+    (minutes of compiles per shape); its failure, if any, is recorded in the row. N tokens.
+* tokens/s = B / decode time per token. ``token_match``: the fraction of W8A8's new tokens
+  equal to bf16's at the same position (random weights: ties and near-ties are common, so
+  this is a sanity figure, not an accuracy one).
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+import traceback
+
+import torch
+
+from benchmarks.model import _sync
+
+REPEATS = 3
+RECIPES = ("graph", "graph-plain", "eager", "hf-compile")
+DEFAULT_RECIPES = ("graph", "eager")
+PROMPTS = (128, 2048)
+BATCHES = (1, 16, 64)
+NEW_TOKENS = 128
+# eager decode is bound by Python (about 0.1 s a token at 32 layers on the H100's host): fewer tokens time it
+EAGER_NEW_TOKENS = 16
+LAYERS = 32
+
+
+def _wall(fn, device) -> float:
+    """Wall time of fn() in ms, synchronised before and after."""
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    return (time.perf_counter() - t0) * 1e3
+
+
+def graph_point(model, ids: torch.Tensor, new_tokens: int, device, kernels: bool | None = None
+                ) -> tuple[dict, torch.Tensor]:
+    """The ``graph`` (``graph-plain``: kernels=False) recipe at one point: timings and the generated tokens."""
+    from benchmarks.model import breakdown, kernel_us
+    from w8a8.generation import Generator
+
+    gen = Generator(model, prefill_graphs=device.type == "cuda", kernels=kernels)
+    batch, prompt = ids.shape
+    t0 = time.perf_counter()
+    tokens = gen.generate(ids, new_tokens)
+    _sync(device)
+    capture_s = time.perf_counter() - t0  # captures plus one generate call
+    slot = gen.slot(batch, prompt + new_tokens)
+    prefill, prefill_eager, decode = [], [], []
+    with torch.inference_mode():
+        new = torch.empty(batch, new_tokens, dtype=torch.long, device=device)
+        for _ in range(REPEATS):
+            prefill_eager.append(_wall(lambda: (slot.cache.reset(), gen._prefill_step(slot, ids)), device))
+            prefill.append(_wall(lambda: gen.prefill(slot, ids), device))
+
+            def steps():
+                for i in range(1, new_tokens):
+                    gen.decode(slot)
+                    new[:, i] = slot.ids[:, 0]
+            decode.append(_wall(steps, device) / (new_tokens - 1))
+        gen.prefill(slot, ids)
+        kernels = kernel_us(lambda: gen._step(slot), device, iters=3) if device.type == "cuda" else None
+    decode_ms = statistics.median(decode)
+    row = {"prefill_ms": round(statistics.median(prefill), 3), "decode_ms": round(decode_ms, 4),
+           "prefill_eager_ms": round(statistics.median(prefill_eager), 3),
+           "tokens_per_s": round(batch / decode_ms * 1e3, 1), "capture_s": round(capture_s, 2),
+           "kernels": gen.kernels,
+           "step_gpu_us": None, "decode_over_kernels": None, "step_kernels": None}
+    if kernels:
+        b = breakdown(kernels)
+        row.update(step_gpu_us=b["gpu_us"], decode_over_kernels=round(decode_ms * 1e3 / b["gpu_us"], 3),
+                   step_kernels={k: b[f"{k}_us"] for k in ("gemm_bf16", "gemm_w8a8", "quant", "fused_quant", "other")},
+                   step_launches=b["kernels_per_forward"])
+    gen.release()
+    return row, tokens[:, prompt:]
+
+
+def hf_point(model, ids: torch.Tensor, new_tokens: int, device, compiled: bool) -> tuple[dict, torch.Tensor | None]:
+    """The ``eager`` / ``hf-compile`` recipe at one point (model.generate)."""
+    extra = {"cache_implementation": "static"} if compiled else {}
+    new_tokens = new_tokens if compiled else min(new_tokens, EAGER_NEW_TOKENS)
+    run = lambda n: model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,  # noqa: E731
+                                   attention_mask=torch.ones_like(ids), **extra)
+    try:
+        with torch.inference_mode():
+            run(new_tokens if compiled else 2)  # warm-up (compiled: the compile, at these shapes)
+            # Medians of REPEATS: one wall time each went negative in the difference below on
+            # a loaded 2-core CPU.
+            one = statistics.median(_wall(lambda: run(1), device) for _ in range(REPEATS))
+            out = {}
+            total = statistics.median(_wall(lambda: out.__setitem__("tokens", run(new_tokens)), device)
+                                      for _ in range(REPEATS))
+    except Exception as exc:  # noqa: BLE001 - the row records why the recipe failed
+        last = [line for line in traceback.format_exc().splitlines() if line.strip().startswith("File")][-1:]
+        return {"failed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}", "where": last}, None
+    decode_ms = (total - one) / (new_tokens - 1)
+    return {"prefill_ms": round(one, 3), "decode_ms": round(decode_ms, 4), "timed_new_tokens": new_tokens,
+            "tokens_per_s": round(ids.shape[0] / decode_ms * 1e3, 1)}, out["tokens"][:, ids.shape[1]:]
+
+
+def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, size: str | None = None,
+              checkpoint=None):
+    """Rows and the run's description; ``checkpoint(rows, described)`` after each point (partial files)."""
+    import w8a8
+    from benchmarks.model import build_model
+
+    size = size or ("llama3-8b" if device.type == "cuda" else "tiny")
+    bf16, config = build_model(size, layers, device)
+    bf16.generation_config.eos_token_id = None  # N tokens every time (the copy below inherits it)
+    bf16.generation_config.pad_token_id = 0
+    q = copy.deepcopy(bf16)
+    w8a8.quantize_model(q, skip=("lm_head",), progress=False)
+    models = {"bf16": bf16, "w8a8": q}
+    described = {"kind": "generate", "model": "transformers LlamaForCausalLM, random weights, SDPA attention",
+                 "size": size, "layers": layers, "lm_head": "bf16 (quantize_model skip)", "greedy": True,
+                 "new_tokens": new_tokens, "eager_new_tokens": EAGER_NEW_TOKENS, "repeats": REPEATS,
+                 "recipes": list(recipes)}
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for prompt in prompts:
+        for batch in batches:
+            ids = torch.randint(0, config.vocab_size, (batch, prompt), generator=gen).to(device)
+            for recipe in recipes:
+                tokens = {}
+                for impl, model in models.items():
+                    base = {"impl": impl, "recipe": recipe, "prompt": prompt, "batch": batch, "new_tokens": new_tokens}
+                    if recipe.startswith("graph"):
+                        row, tokens[impl] = graph_point(model, ids, new_tokens, device,
+                                                        kernels=False if recipe == "graph-plain" else None)
+                    else:
+                        torch._dynamo.reset()
+                        row, tokens[impl] = hf_point(model, ids, new_tokens, device, compiled=recipe == "hf-compile")
+                    rows.append({**base, **row})
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+                b, w = rows[-2], rows[-1]
+                if "decode_ms" in b and "decode_ms" in w:
+                    w["x_bf16_decode"] = round(b["decode_ms"] / w["decode_ms"], 3)
+                    w["x_bf16_prefill"] = round(b["prefill_ms"] / w["prefill_ms"], 3)
+                    w["token_match"] = round(float((tokens["bf16"] == tokens["w8a8"]).float().mean()), 4)
+                    if "prefill_eager_ms" in b:
+                        w["x_bf16_prefill_eager"] = round(b["prefill_eager_ms"] / w["prefill_eager_ms"], 3)
+                print(markdown_table(rows[-2:], header=not rows[:-2]), flush=True)
+                if checkpoint is not None:
+                    checkpoint(rows, described)
+    return rows, described
+
+
+def markdown_table(rows: list[dict], header: bool = True) -> str:
+    head = ["| prompt | batch | recipe | impl | prefill ms | decode ms/token | tokens/s | x bf16 decode | x bf16 prefill "
+            "| decode / kernel sum | eager prefill ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda r, k, fmt: "-" if r.get(k) is None else format(r[k], fmt)  # noqa: E731
+    lines = head if header else []
+    for r in rows:
+        if "failed" in r:
+            lines.append(f"| {r['prompt']} | {r['batch']} | {r['recipe']} | {r['impl']} | failed: {r['failed'][:120]} "
+                         "| | | | | | |")
+            continue
+        lines.append(f"| {r['prompt']} | {r['batch']} | {r['recipe']} | {r['impl']} | {r['prefill_ms']:.2f} | "
+                     f"{r['decode_ms']:.3f} | {r['tokens_per_s']:.0f} | {f(r, 'x_bf16_decode', '.2f')} | "
+                     f"{f(r, 'x_bf16_prefill', '.2f')} | {f(r, 'decode_over_kernels', '.2f')} | "
+                     f"{f(r, 'prefill_eager_ms', '.2f')} |")
+    return "\n".join(lines)
+
+
+def run(args, device, ceilings: dict) -> list[dict]:
+    """``python -m benchmarks --suites generate``: run, print, write ``generate_<tag>.json`` with ``--out``
+    (rewritten after each point, so a run cut short leaves its finished points)."""
+    from benchmarks import harness
+
+    recipes = tuple(args.recipes.split(",")) if args.recipes else DEFAULT_RECIPES
+    unknown = set(recipes) - set(RECIPES)
+    if unknown:
+        raise SystemExit(f"benchmarks: unknown generate recipes {sorted(unknown)}; expected {list(RECIPES)}")
+    layers = args.layers or (LAYERS if device.type == "cuda" else 2)
+    write = None
+    if args.out:
+        write = lambda rows, described: harness.write_suite(args, "generate", rows, ceilings, described, device)  # noqa: E731
+    rows, _ = run_suite(device, layers, args.prompts or (PROMPTS if device.type == "cuda" else (8,)),
+                        args.batches or (BATCHES if device.type == "cuda" else (1, 2)),
+                        args.new_tokens or (NEW_TOKENS if device.type == "cuda" else 4),
+                        recipes, args.size, checkpoint=write)
+    return rows

@@ -1,0 +1,129 @@
+"""Host suite: what one layer call costs the host, bf16 ``nn.Linear`` against ``W8A8Linear``.
+
+    python -m benchmarks --suites host [--m 1,16,128] [--shapes 4096x4096] [--out DIR]
+
+Per (M, N, K) and implementation, eager and under ``torch.compile`` (default mode):
+
+* ``host_us``: the host's time per call, nothing else: CALLS calls issued back to back
+  behind a GPU sleep longer than the loop (the GPU never drains the queue, so the host
+  alone sets the pace), median of REPEATS loops;
+* ``loop_us``: what a user's loop sees: CALLS calls and one synchronisation, per call
+  (the larger of host and GPU time, where they overlap);
+* ``gpu_us``: the GPU time per call, the same call captured in a CUDA graph (replays).
+
+``x_bf16_host`` = nn.Linear's host_us / this row's (above 1: cheaper than bf16) in the
+same mode; ``x_bf16_loop`` likewise for the loop. The kernel ops alone (eager) are rows
+too, for where the time goes. The model-level wall time is the model suite's (eager,
+compiled and ``reduce-overhead``, each with its GPU kernel sum).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from benchmarks import harness
+
+CALLS = 300
+REPEATS = 7
+M_VALUES = (1, 16, 128)
+SHAPES = ((4096, 4096),)
+MODES = ("eager", "compile")
+
+
+def host_us_per_call(fn) -> float:
+    """Median over REPEATS of the host's time per call, the GPU kept busy (no sync inside)."""
+    for _ in range(3):
+        fn()
+    samples = []
+    for _ in range(REPEATS):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(100_000_000)  # ~60 ms of GPU time: longer than the loop below
+        t0 = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        samples.append((time.perf_counter() - t0) / CALLS * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def loop_us_per_call(fn) -> float:
+    """Median over REPEATS of CALLS calls and one synchronisation, per call."""
+    samples = []
+    for _ in range(REPEATS):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / CALLS * 1e6)
+    return statistics.median(samples)
+
+
+def _cases(m: int, n: int, k: int) -> dict[str, tuple[str, object]]:
+    """name -> (mode, callable) for one shape."""
+    import w8a8
+
+    lin = nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
+    layer = w8a8.W8A8Linear.from_linear(lin)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    cases = {}
+    for mode in MODES:
+        if mode == "compile":
+            torch._dynamo.reset()
+            run_lin, run_q = torch.compile(lin), torch.compile(layer)
+        else:
+            run_lin, run_q = lin, layer
+        cases[f"nn.Linear {mode}"] = (mode, lambda f=run_lin: f(x))
+        cases[f"W8A8Linear {mode}"] = (mode, lambda f=run_q: f(x))
+    ops = torch.ops.w8a8
+    q, s = w8a8.ops.quantize_per_token(x)
+    cases["op w8a8::linear"] = ("eager", lambda: ops.linear(x, layer.weight, layer.weight_scale, None, None, None))
+    cases["op w8a8::quantize_per_token"] = ("eager", lambda: ops.quantize_per_token(x))
+    cases["op w8a8::scaled_mm"] = ("eager", lambda: ops.scaled_mm(q, layer.weight, s, layer.weight_scale, None,
+                                                                   torch.bfloat16))
+    return cases
+
+
+def bench_shape(m: int, n: int, k: int) -> list[dict]:
+    rows = []
+    with torch.inference_mode():
+        for name, (mode, fn) in _cases(m, n, k).items():
+            host, loop = host_us_per_call(fn), loop_us_per_call(fn)
+            gpu = harness.time_graph([fn], replays=20).us
+            rows.append({"impl": name, "mode": mode, "M": m, "N": n, "K": k, "host_us": round(host, 2),
+                         "loop_us": round(loop, 2), "gpu_us": round(gpu, 2), "us": round(loop, 2)})
+    for r in rows:
+        base = next((b for b in rows if b["impl"] == f"nn.Linear {r['mode']}"), None)
+        if base is not None and r["impl"].startswith(("nn.Linear", "W8A8Linear")):
+            r["x_bf16_host"] = round(base["host_us"] / r["host_us"], 3)
+            r["x_bf16_loop"] = round(base["loop_us"] / r["loop_us"], 3)
+            r["x_bf16_gpu"] = round(base["gpu_us"] / r["gpu_us"], 3)
+    return rows
+
+
+def markdown_table(rows: list[dict]) -> str:
+    lines = ["| M | N x K | impl | host us | loop us | GPU us | x bf16 host | x bf16 loop |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['M']} | {r['N']} x {r['K']} | {r['impl']} | {r['host_us']:.1f} | {r['loop_us']:.1f} | "
+                     f"{r['gpu_us']:.1f} | {r.get('x_bf16_host', '-')} | {r.get('x_bf16_loop', '-')} |")
+    return "\n".join(lines)
+
+
+def run(args, device: torch.device, ceilings: dict) -> list[dict]:
+    """``python -m benchmarks --suites host``: run, print, write ``host_<tag>.json`` with ``--out``."""
+    if device.type != "cuda":
+        raise SystemExit("benchmarks: the host suite needs a CUDA GPU (it times the host against the GPU queue)")
+    rows = []
+    for n, k in args.shapes or SHAPES:
+        for m in args.m or M_VALUES:
+            rows += bench_shape(m, n, k)
+            torch.cuda.empty_cache()
+    print(markdown_table(rows))
+    if args.out:
+        harness.write_suite(args, "host", rows, ceilings,
+                            {"kind": "host", "calls": CALLS, "repeats": REPEATS,
+                             "compile": "torch.compile(module): default mode; dynamo reset per shape"}, device)
+    return rows

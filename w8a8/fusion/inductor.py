@@ -1,0 +1,655 @@
+"""An Inductor graph pass: W8A8 quantization fused into the graph around ``w8a8.linear``.
+
+``install()`` adds the pass to ``torch._inductor.config.post_grad_custom_post_pass``; every
+later ``torch.compile`` (Inductor) of a model with ``W8A8Linear`` layers then gets, with no
+change to the model's code, in this order:
+
+1. **Merged siblings.** Dynamic ``w8a8.linear`` nodes that read one activation and whose
+   weight, weight scale and bias are adjacent row slices (``aten.slice(base, 0, a, b)``, what
+   ``narrow`` becomes) of the same base tensors become one ``w8a8.linear`` over the union
+   slice; each member gets ``aten.slice(out, -1, ...)`` of its output. The int32 sums and
+   the per-channel epilogue are the same, so the outputs are bit-identical.
+2. **Quantization in the producer.** Where the activation of dynamic linears is the output
+   of an RMSNorm (transformers' ``LlamaRMSNorm`` math: fp32 upcast, mean of squares over the
+   last dim, ``+ eps`` with a constant eps, rsqrt, back to the model dtype, times a 1-D
+   weight), optionally fed by a residual add, or of ``silu(gate) * up`` (transformers'
+   ``LlamaMLP`` math), the producer becomes ``w8a8.ops.rms_norm_quant``,
+   ``w8a8.ops.add_rms_norm_quant`` or ``w8a8.ops.silu_mul_quant`` and each linear a
+   ``w8a8.ops.scaled_mm`` on its codes. Other readers of the normed output and of the residual
+   sum read the fused op's ``normed`` and ``sum``.
+3. **One quantization per activation.** Two or more dynamic linears left reading one
+   activation (through views) share one ``w8a8.ops.quantize_per_token``, each running its own
+   ``w8a8.ops.scaled_mm``. A linear alone keeps its ``w8a8.linear`` node.
+
+The producer is found by walking the graph from each ``w8a8.linear`` back through
+view / reshape / squeeze / unsqueeze nodes and matching the subgraph structurally (the forms
+Inductor's decompositions give, e.g. silu as ``x / (1 + exp(-x))``). Anything that does
+not match exactly is left as it was: static linears, other norms (LayerNorm, Gemma's
+``1 + weight``), activations of other shapes. An RMSNorm whose eps is a graph input rather
+than a constant (``torch.compile(dynamic=True)`` passes float module attributes such as
+``variance_epsilon`` as runtime inputs) is not fused: the fused op takes eps as a constant.
+
+What each compiled graph got is added to ``torch._dynamo.utils.counters["w8a8"]`` (keys in
+``COUNTER_KEYS``) and left in ``last_counts``; a graph served from Inductor's cache runs no
+pass and counts nothing.
+
+Opt-out: ``W8A8_INDUCTOR_FUSION=0`` in the environment makes ``install()`` do nothing and an
+installed pass leave the graphs it is given unchanged (read at each compile).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import operator
+import os
+from collections import Counter
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+import w8a8.ops  # noqa: F401  (defines the w8a8 ops this pass emits)
+
+ENV_VAR = "W8A8_INDUCTOR_FUSION"
+COUNTER_KEYS = (
+    "merged_groups",  # (1) GEMMs that replaced two or more sibling linears
+    "merged_linears",  # (1) linears merged into those
+    "rms_norm_quant",  # (2) RMSNorms that now quantize their output
+    "add_rms_norm_quant",  # (2) ... of which the residual add feeding them is fused too
+    "silu_mul_quant",  # (2) silu(gate) * up products that now quantize themselves
+    "producer_linears",  # (2) linears that read a fused producer's codes
+    "shared_quantizers",  # (3) quantize_per_token nodes serving two or more linears
+    "shared_linears",  # (3) linears served by them
+    "rms_norm_eps_input",  # left alone: an RMSNorm feeding linears whose eps is a graph input
+)
+last_counts: dict[str, int] = {}
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+# Ops that keep a tensor's logical (row-major) element order: x.reshape(-1, K) of any node
+# reached through them is the same matrix.
+_VIEWS = {
+    aten.view.default,
+    aten.reshape.default,
+    aten._unsafe_view.default,
+    aten.squeeze.default,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    aten.unsqueeze.default,
+}
+
+
+# --- reading the graph ------------------------------------------------------------------------
+
+
+def _is(node, *targets) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_function" and node.target in targets
+
+
+def _tensor(node) -> torch.Tensor | None:
+    val = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _known(cond) -> bool:
+    """Whether a condition on sizes (ints or SymInts) is known true without adding a guard."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return statically_known_true(cond)
+
+
+def _same(a, b) -> bool:
+    return _known(a == b)
+
+
+def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dim() == b.dim() and all(_same(x, y) for x, y in zip(a.shape, b.shape))
+
+
+def _source(node: fx.Node) -> fx.Node:
+    while _is(node, *_VIEWS):
+        node = node.args[0]
+    return node
+
+
+def _converted_from(node, dtype: torch.dtype):
+    """``y`` where ``node`` is ``y.to(dtype)``, else None."""
+    if _is(node, prims.convert_element_type.default) and node.args[1] == dtype:
+        return node.args[0]
+    if _is(node, aten._to_copy.default) and set(node.kwargs) == {"dtype"} and node.kwargs["dtype"] == dtype:
+        return node.args[0]
+    return None
+
+
+def _upcast_of(node, dt: torch.dtype):
+    """The ``dt`` tensor that ``node`` (fp32) is the fp32 upcast of; for dt = fp32, node itself."""
+    t = _tensor(node)
+    if t is None or t.dtype != torch.float32:
+        return None
+    if dt == torch.float32:
+        return node
+    src = _converted_from(node, torch.float32)
+    return src if _tensor(src) is not None and _tensor(src).dtype == dt else None
+
+
+def _downcast_of(node, dt: torch.dtype):
+    """The fp32 tensor that ``node`` is ``.to(dt)`` of; for dt = fp32, node itself."""
+    if dt == torch.float32:
+        t = _tensor(node)
+        return node if t is not None and t.dtype == torch.float32 else None
+    src = _converted_from(node, dt)
+    return src if _tensor(src) is not None and _tensor(src).dtype == torch.float32 else None
+
+
+def _binary(node, target):
+    """(a, b) of ``target(a, b)`` with no other arguments, else None."""
+    if _is(node, target) and len(node.args) == 2 and not node.kwargs:
+        return node.args
+    return None
+
+
+def _both_orders(pair):
+    return () if pair is None else (pair, pair[::-1])
+
+
+def _is_one(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == 1
+
+
+def _rows_ok(t: torch.Tensor) -> bool:
+    """What the fused ops take as a row input: unit stride along the last dim, 1 <= K <= MAX_K."""
+    from w8a8.validate import MAX_K
+
+    k = t.shape[-1]
+    return isinstance(k, int) and 1 <= k <= MAX_K and (k == 1 or t.stride(-1) == 1)
+
+
+def _last_dim(dims, ndim: int) -> bool:
+    if isinstance(dims, int):
+        dims = [dims]
+    return isinstance(dims, (list, tuple)) and len(dims) == 1 and dims[0] in (-1, ndim - 1)
+
+
+# --- producers --------------------------------------------------------------------------------
+
+
+class _EpsInput:
+    """An RMSNorm matched up to its eps, which is a graph input (not a constant)."""
+
+
+def _mean_of_squares(var: fx.Node, dt: torch.dtype):
+    """x (dtype dt) where var = mean(x.float() ** 2, -1, keepdim=True), else None."""
+    sq = None
+    if _is(var, aten.mean.dim) and not var.kwargs.get("dtype"):
+        args = list(var.args) + [None] * (3 - len(var.args))
+        keepdim = var.kwargs.get("keepdim", args[2])
+        if keepdim is True and _tensor(args[0]) is not None and _last_dim(args[1], _tensor(args[0]).dim()):
+            sq = args[0]
+    elif (pair := _binary(var, aten.div.Tensor)) is not None:
+        total, k = pair
+        if _is(total, aten.sum.dim_IntList) and not total.kwargs.get("dtype") and len(total.args) >= 3:
+            t = _tensor(total.args[0])
+            if t is not None and total.args[2] is True and _last_dim(total.args[1], t.dim()) and _same(t.shape[-1], k):
+                sq = total.args[0]
+    if sq is None:
+        return None
+    if _is(sq, aten.pow.Tensor_Scalar) and len(sq.args) == 2 and sq.args[1] == 2:
+        y = sq.args[0]
+    elif (pair := _binary(sq, aten.mul.Tensor)) is not None and pair[0] is pair[1]:
+        y = pair[0]
+    else:
+        return None
+    return _upcast_of(y, dt)
+
+
+def _normalized(n32: fx.Node, dt: torch.dtype):
+    """(x, eps) where n32 = x.float() * rsqrt(mean(x.float() ** 2, -1, keepdim=True) + eps),
+    with eps a constant or ``_EpsInput``; else None."""
+    for x32, r in _both_orders(_binary(n32, aten.mul.Tensor)):
+        x = _upcast_of(x32, dt)
+        if x is None or not _is(r, aten.rsqrt.default):
+            continue
+        add = r.args[0]
+        for var, eps in _both_orders(_binary(add, aten.add.Tensor) or _binary(add, aten.add.Scalar)):
+            if _mean_of_squares(var, dt) is not x:
+                continue
+            if isinstance(eps, (int, float)) and not isinstance(eps, bool):
+                return (x, float(eps)) if math.isfinite(eps) and eps >= 0 else None
+            if isinstance(eps, fx.Node) and _tensor(eps) is not None and _tensor(eps).dim() == 0:
+                return x, _EpsInput()
+    return None
+
+
+def _match_rms_norm(out: fx.Node):
+    """(x, weight, eps) where out = weight * RMSNorm(x) in x's dtype (see the module docstring)."""
+    o = _tensor(out)
+    if o is None or o.dtype not in _FLOATS:
+        return None
+    dt = o.dtype
+    for w, n in _both_orders(_binary(out, aten.mul.Tensor)):
+        wt, n32 = _tensor(w), _downcast_of(n, dt)
+        if wt is None or wt.dim() != 1 or wt.dtype != dt or n32 is None:
+            continue
+        found = _normalized(n32, dt)
+        if found is None:
+            continue
+        x, eps = found
+        xt = _tensor(x)
+        contiguous = wt.shape[0] == 1 or wt.stride(0) == 1
+        if xt.dim() >= 1 and _same_shape(xt, o) and _same(wt.shape[0], xt.shape[-1]) and contiguous:
+            return x, w, eps
+    return None
+
+
+def _residual_add(x: fx.Node):
+    """(a, b) where x = a + b, both of x's dtype and shape (no broadcast, no alpha), else None."""
+    pair = _binary(x, aten.add.Tensor)
+    xt = _tensor(x)
+    if pair is None or xt is None:
+        return None
+    for t in map(_tensor, pair):
+        if t is None or t.dtype != xt.dtype or not _same_shape(t, xt) or not _rows_ok(t):
+            return None
+    return pair
+
+
+def _silu_input(s32: fx.Node):
+    """g where s32 = silu(g) in fp32: aten.silu, x / (1 + exp(-x)) or x * sigmoid(x)."""
+    if _is(s32, aten.silu.default) and len(s32.args) == 1:
+        return s32.args[0]
+    if (pair := _binary(s32, aten.div.Tensor)) is not None:
+        g, den = pair
+        for e, one in _both_orders(_binary(den, aten.add.Tensor) or _binary(den, aten.add.Scalar)):
+            neg = e.args[0] if _is(e, aten.exp.default) else None
+            if _is_one(one) and _is(neg, aten.neg.default) and neg.args[0] is g:
+                return g
+    for g, sig in _both_orders(_binary(s32, aten.mul.Tensor)):
+        if _is(sig, aten.sigmoid.default) and sig.args[0] is g:
+            return g
+    return None
+
+
+def _match_silu_mul(p: fx.Node):
+    """(gate, up) where p = silu(gate.float()).to(dt) * up, all of p's dtype and shape."""
+    pt = _tensor(p)
+    if pt is None or pt.dtype not in _FLOATS:
+        return None
+    dt = pt.dtype
+    for s, up in _both_orders(_binary(p, aten.mul.Tensor)):
+        s32 = _downcast_of(s, dt)
+        g32 = None if s32 is None else _silu_input(s32)
+        gate = None if g32 is None else _upcast_of(g32, dt)
+        if gate is None or not isinstance(up, fx.Node):
+            continue
+        gt, ut = _tensor(gate), _tensor(up)
+        if ut is not None and ut.dtype == dt and all(_same_shape(t, pt) and _rows_ok(t) for t in (gt, ut)):
+            return gate, up
+    return None
+
+
+# --- writing the graph ------------------------------------------------------------------------
+
+
+def _emit(graph: fx.Graph, target, args, kwargs=None, meta_from: fx.Node | None = None) -> fx.Node:
+    """A call_function node at the graph's insertion point, with meta["val"] from the op's fake."""
+    from torch._guards import detect_fake_mode
+
+    kwargs = kwargs or {}
+    node = graph.call_function(target, tuple(args), kwargs)
+    vargs, vkwargs = fx.node.map_arg((tuple(args), kwargs), lambda n: n.meta["val"])
+    if target is operator.getitem:
+        node.meta["val"] = vargs[0][vargs[1]]
+    else:
+        mode = detect_fake_mode([v for v in pytree.tree_leaves((vargs, vkwargs)) if isinstance(v, torch.Tensor)])
+        with mode if mode is not None else nullcontext():
+            node.meta["val"] = target(*vargs, **vkwargs)
+    if meta_from is not None:
+        for key in ("stack_trace", "nn_module_stack"):
+            if key in meta_from.meta:
+                node.meta[key] = meta_from.meta[key]
+    return node
+
+
+def _replace(graph: fx.Graph, node: fx.Node, new: fx.Node) -> None:
+    """node's readers read ``new``; node and what only it read are erased."""
+    node.replace_all_uses_with(new)
+    _erase_dead(graph, [node])
+
+
+def _erase_dead(graph: fx.Graph, nodes) -> None:
+    """Erase the given nodes where they have no readers left, then their inputs likewise: only
+    what the pass made dead goes (Inductor's own dead-code elimination is off by default)."""
+    work = list(nodes)
+    while work:
+        node = work.pop()
+        if node.op == "call_function" and not node._erased and not node.users and not node.is_impure():
+            work.extend(node.all_input_nodes)
+            graph.erase_node(node)
+
+
+def _outputs(graph: fx.Graph, node: fx.Node, n: int) -> list[fx.Node]:
+    return [_emit(graph, operator.getitem, (node, i)) for i in range(n)]
+
+
+def _size_arg(graph: fx.Graph, x: fx.Node, d: int):
+    """x's size along d as a reshape argument: an int, the graph input holding that SymInt,
+    or aten.sym_size of x."""
+    size = _tensor(x).shape[d]
+    if isinstance(size, int):
+        return size
+    for n in (n for n in graph.nodes if n.op == "placeholder"):
+        val = n.meta.get("val")
+        if isinstance(val, torch.SymInt) and val.node.expr == size.node.expr:
+            return n
+    return _emit(graph, aten.sym_size.int, (x, d))
+
+
+def _sizes(graph: fx.Graph, x: fx.Node, last: int) -> list:
+    """A reshape size: x's leading sizes, then ``last``. One symbolic size is written -1
+    (unless another size is 0), so the reshape need not read x (which may be a producer the
+    pass made dead)."""
+    lead = list(_tensor(x).shape[:-1])
+    symbolic = [d for d, s in enumerate(lead) if not isinstance(s, int)]
+    if len(symbolic) == 1 and all(s != 0 for s in lead if isinstance(s, int)):
+        lead[symbolic[0]] = -1
+    else:
+        lead = [_size_arg(graph, x, d) for d in range(len(lead))]
+    return lead + [last]
+
+
+def _linear_args(lin: fx.Node):
+    args = list(lin.args) + [None] * (6 - len(lin.args))
+    for i, name in enumerate(("x", "weight", "weight_scale", "bias", "input_scale", "input_zero_point")):
+        if name in lin.kwargs:
+            args[i] = lin.kwargs[name]
+    return args
+
+
+def _dynamic_linear(lin: fx.Node) -> bool:
+    x, w, ws, bias, scale, zp = _linear_args(lin)
+    return scale is None and zp is None and _tensor(x) is not None and _tensor(w) is not None
+
+
+def _gemm_on_codes(graph: fx.Graph, lin: fx.Node, codes2d: fx.Node, scales2d: fx.Node) -> None:
+    """Replace the linear ``lin`` by scaled_mm on the given codes, viewed as its output."""
+    x, w, ws, bias, _, _ = _linear_args(lin)
+    with graph.inserting_before(lin):
+        mm_args = (codes2d, w, scales2d, ws, bias, _tensor(x).dtype)
+        mm = _emit(graph, torch.ops.w8a8.scaled_mm.default, mm_args, meta_from=lin)
+        out = _emit(graph, aten.reshape.default, (mm, _sizes(graph, x, _tensor(w).shape[0])), meta_from=lin)
+    _replace(graph, lin, out)
+
+
+def _as_2d(graph: fx.Graph, codes: fx.Node, scales: fx.Node) -> tuple[fx.Node, fx.Node]:
+    k = _size_arg(graph, codes, -1)
+    return _emit(graph, aten.reshape.default, (codes, [-1, k])), _emit(graph, aten.reshape.default, (scales, [-1, 1]))
+
+
+def _linears(graph: fx.Graph) -> list[fx.Node]:
+    return [n for n in graph.nodes if _is(n, torch.ops.w8a8.linear.default)]
+
+
+def _by_source(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:
+    """Dynamic linears by the node their x is a view of, in graph order: the linears whose x,
+    as [-1, K], is that node as [-1, its last dim]. A symbolic last dim is K at run time
+    (w8a8.linear checks it; so does scaled_mm after the pass)."""
+    groups: dict[fx.Node, list[fx.Node]] = {}
+    for lin in _linears(graph):
+        if _dynamic_linear(lin):
+            x, w = _linear_args(lin)[:2]
+            k, last = _tensor(w).shape[1], _tensor(x).shape[-1]
+            src = _source(x)
+            st = _tensor(src)
+            if st is not None and st.dim() > 0 and not _known(k != last) and _same(st.shape[-1], last):
+                groups.setdefault(src, []).append(lin)
+    return groups
+
+
+# --- (1) merged siblings ----------------------------------------------------------------------
+
+
+def _row_slice(node):
+    """(base, start, end) where node = base[start:end] along dim 0 (ints, step 1), else None."""
+    if not _is(node, aten.slice.Tensor):
+        return None
+    args = list(node.args) + [0, None, None, 1][len(node.args) - 1:]
+    base, dim, start, end, step = args[:5]
+    bt = _tensor(base)
+    if bt is None or dim not in (0, -bt.dim()) or step != 1:
+        return None
+    rows = bt.shape[0]
+    start, end = 0 if start is None else start, rows if end is None else end
+    if isinstance(rows, int) and isinstance(end, int):
+        end = min(end, rows)
+    elif isinstance(end, int) and end >= 2**62:  # "to the end" of a symbolic size
+        return None
+    if not (isinstance(start, int) and isinstance(end, int)):
+        return None
+    return (base, start, end) if 0 <= start < end else None
+
+
+def _member(lin: fx.Node):
+    """((bases), start, end) of a dynamic linear whose weight, scale (and bias) are one row slice of bases."""
+    if not _dynamic_linear(lin):
+        return None
+    x, w, ws, bias = _linear_args(lin)[:4]
+    parts = [_row_slice(w), _row_slice(ws)] + ([] if bias is None else [_row_slice(bias)])
+    if any(p is None for p in parts) or len({p[1:] for p in parts}) != 1:
+        return None
+    bases = tuple(p[0] for p in parts) + ((None,) if bias is None else ())
+    return bases, parts[0][1], parts[0][2]
+
+
+def _slice_or_base(graph: fx.Graph, base: fx.Node, start: int, end: int) -> fx.Node:
+    if start == 0 and _same(end, _tensor(base).shape[0]):
+        return base
+    return _emit(graph, aten.slice.Tensor, (base, 0, start, end))
+
+
+def merge_siblings(graph: fx.Graph, counts: Counter) -> None:
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    by_input: dict[tuple, list[tuple[int, int, fx.Node]]] = {}
+    for lin in _linears(graph):
+        found = _member(lin)
+        if found is not None:
+            bases, start, end = found
+            by_input.setdefault((_linear_args(lin)[0], bases), []).append((start, end, lin))
+    for (x, bases), members in by_input.items():
+        members.sort(key=lambda m: m[0])
+        run = [members[0]]
+        for m in members[1:] + [None]:
+            if m is not None and m[0] == run[-1][1]:
+                run.append(m)
+                continue
+            if len(run) > 1 and _merge(graph, x, bases, run, order):
+                counts["merged_groups"] += 1
+                counts["merged_linears"] += len(run)
+            run = [m]
+
+
+def _merge(graph: fx.Graph, x: fx.Node, bases: tuple, run: list, order: dict) -> bool:
+    """One linear over the run's union slice before its first member; the members read slices of its output."""
+    first = min((lin for _, _, lin in run), key=order.__getitem__)
+    if any(b is not None and order[b] > order[first] for b in bases):
+        return False
+    start, end = run[0][0], run[-1][1]
+    with graph.inserting_before(first):
+        args = [x] + [None if b is None else _slice_or_base(graph, b, start, end) for b in bases] + [None, None]
+        merged = _emit(graph, torch.ops.w8a8.linear.default, args, meta_from=first)
+        last = _tensor(merged).dim() - 1
+        outs = [_emit(graph, aten.slice.Tensor, (merged, last, a - start, b - start), meta_from=lin)
+                for a, b, lin in run]
+    for (_, _, lin), out in zip(run, outs):
+        _replace(graph, lin, out)
+    return True
+
+
+# --- (2) quantization in the producer ---------------------------------------------------------
+
+
+def fuse_producers(graph: fx.Graph, counts: Counter) -> None:
+    for src, lins in _by_source(graph).items():
+        norm = _match_rms_norm(src)
+        if norm is not None:
+            x, weight, eps = norm
+            if not _rows_ok(_tensor(x)) and _residual_add(x) is None:
+                continue
+            if isinstance(eps, _EpsInput):
+                counts["rms_norm_eps_input"] += 1
+                continue
+            _fuse_norm(graph, src, x, weight, eps, lins, counts)
+            continue
+        silu = _match_silu_mul(src)
+        if silu is not None:
+            with graph.inserting_before(src):
+                fused = _emit(graph, torch.ops.w8a8.silu_mul_quant.default, silu, meta_from=src)
+                codes, scales = _outputs(graph, fused, 2)
+                codes2d, scales2d = _as_2d(graph, codes, scales)
+            for lin in lins:
+                _gemm_on_codes(graph, lin, codes2d, scales2d)
+            counts["silu_mul_quant"] += 1
+            counts["producer_linears"] += len(lins)
+
+
+def _fuse_norm(graph, out, x, weight, eps, lins, counts) -> None:
+    residual = _residual_add(x)
+    between = set()  # the nodes from x to the norm's output: readers of x there keep x
+    node = x.next
+    while residual is not None and node is not out:
+        between.add(node)
+        node = node.next
+    with graph.inserting_before(out):
+        if residual is None:
+            fused = _emit(graph, torch.ops.w8a8.rms_norm_quant.default, (x, weight, eps), meta_from=out)
+            codes, scales, normed = _outputs(graph, fused, 3)
+        else:
+            fused = _emit(graph, torch.ops.w8a8.add_rms_norm_quant.default, (*residual, weight, eps), meta_from=out)
+            codes, scales, normed, total = _outputs(graph, fused, 4)
+        codes2d, scales2d = _as_2d(graph, codes, scales)
+    if residual is not None:
+        # Readers of the sum after the norm read the fused op's; earlier ones keep the add.
+        x.replace_all_uses_with(total, delete_user_cb=lambda user: user not in between)
+    out.replace_all_uses_with(normed)
+    for lin in lins:
+        _gemm_on_codes(graph, lin, codes2d, scales2d)
+    _erase_dead(graph, [out, x, normed] + ([] if residual is None else [total]))
+    counts["add_rms_norm_quant" if residual is not None else "rms_norm_quant"] += 1
+    counts["producer_linears"] += len(lins)
+
+
+# --- (3) one quantization per activation ------------------------------------------------------
+
+
+def share_quantization(graph: fx.Graph, counts: Counter) -> None:
+    for src, lins in _by_source(graph).items():
+        if len(lins) < 2:
+            continue
+        with graph.inserting_before(lins[0]):
+            x2d = _emit(graph, aten.reshape.default, (src, [-1, _size_arg(graph, src, -1)]))
+            if _tensor(x2d).shape[-1] != 1 and _tensor(x2d).stride(-1) != 1:  # as w8a8.linear does
+                x2d = _emit(graph, aten.clone.default, (x2d,), {"memory_format": torch.contiguous_format})
+            quantized = _emit(graph, torch.ops.w8a8.quantize_per_token.default, (x2d,), meta_from=lins[0])
+            codes2d, scales2d = _outputs(graph, quantized, 2)
+        for lin in lins:
+            _gemm_on_codes(graph, lin, codes2d, scales2d)
+        counts["shared_quantizers"] += 1
+        counts["shared_linears"] += len(lins)
+
+
+# --- the pass ---------------------------------------------------------------------------------
+
+
+def fuse(graph: fx.Graph) -> dict[str, int]:
+    """Run (1) merge, (2) producer fusion, (3) shared quantization on ``graph`` in place;
+    returns what was done (``COUNTER_KEYS``)."""
+    global last_counts
+    counts: Counter = Counter()
+    if any(True for _ in _linears(graph)):
+        merge_siblings(graph, counts)
+        fuse_producers(graph, counts)
+        share_quantization(graph, counts)
+    last_counts = {key: counts[key] for key in COUNTER_KEYS}
+    from torch._dynamo.utils import counters
+
+    for key, n in counts.items():
+        counters["w8a8"][key] += n
+    return last_counts
+
+
+def _source_hash() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+_PASS_CLASS = None
+
+
+def _pass_class():
+    """The CustomGraphPass subclass, built on first use: ``import w8a8`` does not import
+    torch._inductor (over a second)."""
+    global _PASS_CLASS
+    if _PASS_CLASS is None:
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+
+        class FusionPass(CustomGraphPass):
+            """The w8a8 post-grad pass, after ``before`` (a pass set earlier, on a torch whose
+            config holds one pass, not a list). Its uuid is the hash of this file."""
+
+            def __init__(self, before=None) -> None:
+                self.before = before
+
+            def __call__(self, graph: fx.Graph) -> None:
+                if self.before is not None:
+                    self.before(graph)
+                if enabled():
+                    fuse(graph)
+
+            def uuid(self) -> str | None:  # the switch is part of it: a graph cached with the pass off is not reused with it on
+                ours = f"w8a8.fusion.inductor:{_source_hash()}:{int(enabled())}"
+                if self.before is None:
+                    return ours
+                theirs = self.before.uuid() if isinstance(self.before, CustomGraphPass) else None
+                return None if theirs is None else f"{ours}+{theirs}"  # None: Inductor does not cache
+
+        FusionPass.__module__, FusionPass.__qualname__ = __name__, "FusionPass"
+        _PASS_CLASS = FusionPass
+    return _PASS_CLASS
+
+
+def __getattr__(name: str):
+    if name == "FusionPass":  # pickling by reference finds the class in any process
+        return _pass_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def enabled() -> bool:
+    """Whether the pass rewrites graphs: ``W8A8_INDUCTOR_FUSION`` is not ``0`` (read at each compile)."""
+    return os.environ.get(ENV_VAR, "1").strip() != "0"
+
+
+def install() -> bool:
+    """Add the pass to ``torch._inductor.config.post_grad_custom_post_pass``, after any pass
+    already set there (both run). Idempotent. Returns whether the pass is installed: False
+    when ``W8A8_INDUCTOR_FUSION=0``.
+
+    Post-grad *post* pass, not pre: it runs after Inductor's own post-grad passes (no-op
+    removal, its pattern rewrites), so it walks a normalised graph and nothing rewrites the
+    w8a8 nodes it inserts before lowering.
+    """
+    if not enabled():
+        return False
+    from torch._inductor import config, custom_graph_pass
+
+    cls = _pass_class()
+    current = config.post_grad_custom_post_pass
+    if isinstance(current, cls) or isinstance(current, (list, tuple)) and any(isinstance(p, cls) for p in current):
+        return True
+    if current is None:
+        config.post_grad_custom_post_pass = cls()
+    elif hasattr(custom_graph_pass, "get_custom_graph_passes"):  # the config holds a list of passes
+        config.post_grad_custom_post_pass = [*(current if isinstance(current, (list, tuple)) else [current]), cls()]
+    else:
+        config.post_grad_custom_post_pass = cls(before=current)
+    return True

@@ -1,0 +1,389 @@
+"""Greedy generation for transformers causal LMs with the decode step captured in a CUDA graph.
+
+    gen = w8a8.Generator(model)                 # a transformers CausalLM, quantized or not
+    tokens = gen.generate(input_ids, max_new_tokens=128)
+
+Why a graph of the eager step, and not ``torch.compile``: in eager decode the GPU waits on
+Python (hundreds of kernel launches a token), and transformers' compiled paths are not what
+this package's fused eager modules are built for (docs/INFERENCE.md "Generation" says which
+recipes fail and why). A CUDA graph replays the eager step's kernels exactly as recorded,
+so the host cost per token is one graph launch and a token copy, and the logits are the
+eager step's, bit for bit.
+
+How, per (batch, cache length) "slot":
+
+* a transformers ``StaticCache`` of ``cache_len`` positions (the prompt plus the new tokens,
+  rounded up to CACHE_ROUND so that other prompt lengths reuse the slot) and static input
+  buffers: the token ids [B, 1] and the position ids [1, 1];
+* the step: ``model(input_ids, position_ids, past_key_values=cache, logits_to_keep=1)``,
+  the greedy token written back into the id buffer and the position advanced, all on the
+  GPU; warmed up on a side stream, then captured; the cache is reset afterwards (``reset``
+  zeroes it in place, so the graph's addresses stay valid);
+* ``generate``: reset the cache, run the prompt eagerly (prefill, ``logits_to_keep=1``; or
+  replay its own graph, one per prompt length, with ``prefill_graphs=True``), seed the
+  buffers with its greedy token, then replay the decode graph once per new token. No
+  host synchronisation inside the loop except every STOP_CHECK tokens when ``eos_token_id``
+  is given (to stop once every row has finished).
+
+Without a GPU (or with ``cuda_graph=False``) the same step runs eagerly: same cache, same
+kernels, the reference the graph is tested against.
+
+Attention: while it runs, the model's "sdpa" attention is swapped for ATTENTION, which is
+transformers' SDPA path except for one-token queries. With the kernels (``kernels``, on by
+default on a GPU) those run ``w8a8.generation.kernels.decode_attention`` over the filled
+part of the slot's cache (the layer's ``cumulative_length``, read on the device); without,
+SDPA with the queries of each KV head as rows of one head ([B, H, 1, D] as [B, H_kv,
+H / H_kv, D]) instead of copying every KV head H / H_kv times (transformers < 5.23 copies
+the whole static cache that way every step). The kernels also replace, inside the steps,
+the modeling module's ``apply_rotary_pos_emb`` (``_FusedRope``: bit-identical, checked on
+its first call) and each ``StaticLayer``'s ``update`` (one ``cache_write`` launch). The same
+for every model the Generator runs, quantized or not.
+
+Greedy only, one prompt length per call (no padding: ``attention_mask`` is not taken); a
+row that produced ``eos_token_id`` gets ``pad_token_id`` afterwards, as transformers'
+``generate`` does.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Cache lengths are rounded up to a multiple of this, so prompts of other lengths reuse a slot
+# (its graph and cache) instead of capturing again. The step reads the whole static cache
+# (masked past the current position), so a larger round costs attention time.
+CACHE_ROUND = 256
+# prefill_graphs captures a prompt's forward only up to this many tokens (batch x prompt): past it
+# the eager forward is bound by the GPU, not by Python, and the graph only holds memory (H100,
+# Llama-3-8B widths, 32 layers: 2048 tokens 40 ms replayed against 56 ms eager; 8192 tokens
+# 135 against 123 ms; 32768 tokens 645 against 506 ms).
+PREFILL_GRAPH_MAX_TOKENS = 4096
+# With eos_token_id: every this many new tokens, one host synchronisation checks whether all rows finished.
+STOP_CHECK = 16
+
+
+# The attention implementation the Generator's steps run (registered with transformers on first use).
+ATTENTION = "w8a8_sdpa"
+# The slot whose step is running (set by Generator._steps): its cache gives the decode
+# kernel the number of filled positions. None outside a step.
+_ACTIVE: "_Slot | None" = None
+
+
+def _sdpa_packed_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """transformers' SDPA attention, except one-token queries (module docstring)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    one_token = (query.shape[2] == 1 and not dropout and kwargs.get("position_bias") is None
+                 and kwargs.get("softcap") is None and kwargs.get("s_aux") is None)
+    layer = _decode_layer(module, key) if one_token else None
+    if layer is not None and triton_generation().decode_attention_supported(query, key, value, attention_mask):
+        return triton_generation().decode_attention(query, key, value, attention_mask, layer.cumulative_length,
+                                                    scaling), None
+    if not one_token or groups == 1 or (attention_mask is not None and attention_mask.shape[1] != 1):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    batch, heads, _, dim = query.shape
+    out = F.scaled_dot_product_attention(query.reshape(batch, heads // groups, groups, dim), key, value,
+                                         attn_mask=attention_mask, scale=scaling)
+    return out.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
+
+
+def _decode_layer(module, key: torch.Tensor):
+    """The running slot's cache layer whose keys ``key`` is, when the slot runs the kernels."""
+    slot = _ACTIVE
+    if slot is None or not slot.kernels:
+        return None
+    layers = getattr(slot.cache, "layers", ())
+    index = getattr(module, "layer_idx", None)
+    if index is None or not 0 <= index < len(layers):
+        return None
+    layer = layers[index]
+    return layer if getattr(layer, "keys", None) is key and torch.is_tensor(layer.cumulative_length) else None
+
+
+def triton_generation():
+    """w8a8.generation.kernels (imported on first use: Triton is not needed without the kernels)."""
+    from w8a8.generation import kernels
+
+    return kernels
+
+
+class _FusedRope:
+    """Stands in for a modeling module's ``apply_rotary_pos_emb`` during the steps of a slot
+    that runs the kernels: one launch of ``w8a8.generation.kernels.rope`` instead of the
+    function's ten. Checked once against the function it replaces, on the first call it
+    takes (the outputs must be equal, bit for bit); if they differ, the function stays."""
+
+    checked: dict = {}  # original function -> True (equal) / False (differs, not replaced)
+
+    def __init__(self, original) -> None:
+        self.original = original
+
+    def __call__(self, q, k, cos, sin, *args, **kwargs):
+        kernels = triton_generation()
+        slot = _ACTIVE
+        if (slot is None or not slot.kernels or args or kwargs or self.checked.get(self.original) is False
+                or not kernels.rope_supported(q, k, cos, sin)):
+            return self.original(q, k, cos, sin, *args, **kwargs)
+        out = kernels.rope(q, k, cos, sin)
+        if self.original not in self.checked:  # the first call: outside any graph capture (warm-up or eager)
+            expected = self.original(q, k, cos, sin)
+            self.checked[self.original] = same = all(torch.equal(a, b) for a, b in zip(out, expected))
+            if not same:
+                warnings.warn(f"w8a8.Generator: {self.original.__module__}.apply_rotary_pos_emb does not match "
+                              "the fused rotary kernel; keeping the model's own", stacklevel=2)
+                return expected
+        return out
+
+
+def _fused_update(layer):
+    """A StaticCache layer's ``update`` as one ``cache_write`` launch and the length's add_
+    (transformers: arange, add, add_ and two index_copy_); its first call (which allocates
+    the layer) and anything the kernel does not take go to the layer's own."""
+    original = layer.update
+
+    def update(key_states, value_states, *args, **kwargs):
+        kernels = triton_generation()
+        if (not getattr(layer, "is_initialized", False) or not torch.is_tensor(layer.cumulative_length)
+                or not kernels.cache_write_supported(layer.keys, layer.values, key_states, value_states)):
+            return original(key_states, value_states, *args, **kwargs)
+        kernels.cache_write(layer.keys, layer.values, key_states, value_states, layer.cumulative_length)
+        layer.cumulative_length.add_(key_states.shape[-2])
+        return layer.keys, layer.values
+
+    return update
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, _sdpa_packed_gqa)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, sdpa_mask)
+
+
+@dataclasses.dataclass
+class _Slot:
+    """One batch size and cache length: the static cache, the step's buffers and (CUDA) its graph."""
+
+    cache: object
+    ids: torch.Tensor  # [B, 1] int64: the token the next step reads; the step writes its greedy token here
+    position: torch.Tensor  # [1, 1] int64: that token's position
+    logits: torch.Tensor | None = None  # [B, V]: the last step's logits (the graph's output buffer)
+    graph: torch.cuda.CUDAGraph | None = None
+    kernels: bool = False  # the steps run w8a8.generation.kernels's kernels (Generator's ``kernels``)
+    # prefill_graphs: prompt length -> (graph, its input ids [B, P], its last logits [B, V])
+    prefills: dict = dataclasses.field(default_factory=dict)
+
+
+class Generator:
+    """Greedy generation with one CUDA graph per (batch size, cache length); see the module docstring.
+
+    Parameters
+    ----------
+    model : a transformers causal LM (``LlamaForCausalLM`` and the like) in eval mode, on one
+        device; quantized with ``w8a8.quantize_model`` or not.
+    cuda_graph : capture the decode step (default: when the model is on a CUDA device).
+    prefill_graphs : also capture the prompt's forward, once per (batch, prompt length), for
+        prompts of at most PREFILL_GRAPH_MAX_TOKENS tokens in all: for fixed prompt shapes
+        (benchmarks, serving buckets), where the eager prompt forward is bound by Python rather
+        than the GPU (at 2048 tokens and batch 1 on the H100, W8A8's eager prompt forward takes
+        longer than bf16's). Each new prompt length costs a capture and keeps its activations
+        in the graphs' memory pool until ``release``. Replays of a prompt's graph agree with
+        each other bit for bit; against the eager prompt forward they differ by rounding (on
+        the H100 the logits were 1 bf16 ulp apart from the first decoder layer's output on,
+        bf16 and W8A8 models alike; the cause is not found). The decode graph is bit-identical
+        to the eager step.
+    kernels : run the steps' rotary embedding, cache write and one-token attention in
+        ``w8a8.generation.kernels``'s kernels (default: on a CUDA device; on the CPU only in
+        Triton's interpreter). Off: transformers' own code and SDPA.
+    """
+
+    def __init__(self, model: nn.Module, cuda_graph: bool | None = None, prefill_graphs: bool = False,
+                 kernels: bool | None = None) -> None:
+        device = next(model.parameters()).device
+        if cuda_graph and device.type != "cuda":
+            raise ValueError(f"w8a8.Generator: cuda_graph=True needs the model on a CUDA device, it is on {device}")
+        if kernels and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError(f"w8a8.Generator: kernels=True needs the model on a CUDA device (or Triton's "
+                             f"interpreter, TRITON_INTERPRET=1), it is on {device}")
+        self.kernels = device.type == "cuda" if kernels is None else kernels
+        self.model = model
+        self.device = device
+        self.cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
+        if prefill_graphs and not self.cuda_graph:
+            raise ValueError("w8a8.Generator: prefill_graphs=True needs cuda_graph (a model on a CUDA device)")
+        self.prefill_graphs = prefill_graphs
+        self._slots: dict[tuple[int, int], _Slot] = {}
+        self._pool = None  # one CUDA graph memory pool for every slot's graph
+        # the modeling modules whose attention calls a module-level apply_rotary_pos_emb
+        self._rope_modules = sorted({sys.modules[type(m).__module__] for m in model.modules()
+                                     if hasattr(m, "layer_idx") and callable(getattr(
+                                         sys.modules[type(m).__module__], "apply_rotary_pos_emb", None))},
+                                    key=lambda mod: mod.__name__)
+        _register_attention()
+
+    @contextlib.contextmanager
+    def _steps(self, slot: _Slot):
+        """Inside the block the model runs the slot's steps: its config names ATTENTION instead
+        of "sdpa" and, with the kernels, its modeling modules' apply_rotary_pos_emb is a
+        _FusedRope (both restored after)."""
+        global _ACTIVE
+        config = self.model.config
+        before = config._attn_implementation
+        ropes = {mod: mod.apply_rotary_pos_emb for mod in self._rope_modules} if slot.kernels else {}
+        if before == "sdpa":
+            config._attn_implementation = ATTENTION
+        for mod, original in ropes.items():
+            if not isinstance(original, _FusedRope):
+                mod.apply_rotary_pos_emb = _FusedRope(original)
+        _ACTIVE = slot
+        try:
+            yield
+        finally:
+            _ACTIVE = None
+            config._attn_implementation = before
+            for mod, original in ropes.items():
+                mod.apply_rotary_pos_emb = original
+
+    # --- slots ---------------------------------------------------------------------------------
+
+    def _greedy(self, slot: _Slot, **inputs) -> torch.Tensor:
+        """The model's forward on ``inputs`` into the slot's cache: its last logits [B, V]; the
+        greedy token goes into ``slot.ids``."""
+        with self._steps(slot):
+            out = self.model(**inputs, past_key_values=slot.cache, use_cache=True, logits_to_keep=1)
+        logits = out.logits[:, -1]
+        slot.ids.copy_(logits.argmax(-1, keepdim=True))
+        return logits
+
+    def _step(self, slot: _Slot) -> torch.Tensor:
+        """One decode step on the slot's buffers: logits [B, V] of the token in ``slot.ids``; the
+        greedy token goes back into ``slot.ids`` and the position advances."""
+        logits = self._greedy(slot, input_ids=slot.ids, position_ids=slot.position)
+        slot.position.add_(1)
+        return logits
+
+    def slot(self, batch: int, cache_len: int) -> _Slot:
+        """The slot for ``batch`` rows and a cache of at least ``cache_len`` positions (captured on first use)."""
+        cache_len = -(-cache_len // CACHE_ROUND) * CACHE_ROUND
+        key = (batch, cache_len)
+        if key in self._slots:
+            return self._slots[key]
+        from transformers import StaticCache
+
+        slot = _Slot(cache=StaticCache(config=self.model.config, max_cache_len=cache_len),
+                     ids=torch.zeros(batch, 1, dtype=torch.long, device=self.device),
+                     position=torch.zeros(1, 1, dtype=torch.long, device=self.device), kernels=self.kernels)
+        if self.kernels:
+            for layer in slot.cache.layers:
+                if type(layer).__name__ == "StaticLayer":  # not the sliding-window kinds: they write elsewhere
+                    layer.update = _fused_update(layer)
+        if self.cuda_graph:
+            with torch.inference_mode():
+                self._capture(slot)
+        self._slots[key] = slot
+        return slot
+
+    def _graphed(self, slot: _Slot, step) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """``step()`` warmed up on a side stream (lazy cache allocation, kernel selection, Triton
+        compiles), then captured; the cache the warm-up wrote into is reset. Returns the graph
+        and the captured step's output."""
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                slot.cache.reset()
+                step()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            out = step()
+        self._pool = graph.pool()
+        slot.cache.reset()
+        return graph, out
+
+    def _capture(self, slot: _Slot) -> None:
+        slot.graph, slot.logits = self._graphed(slot, lambda: self._step(slot))
+
+    def release(self) -> None:
+        """Drop every slot (graphs, caches and their memory)."""
+        self._slots.clear()
+        self._pool = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    # --- generation ----------------------------------------------------------------------------
+
+    def _prefill_step(self, slot: _Slot, input_ids: torch.Tensor) -> torch.Tensor:
+        """The prompt's forward into the (reset) cache: its last logits [B, V]; the greedy token
+        and its position go into the slot's buffers."""
+        logits = self._greedy(slot, input_ids=input_ids)
+        slot.position.fill_(input_ids.shape[1])
+        return logits
+
+    def prefill(self, slot: _Slot, input_ids: torch.Tensor) -> torch.Tensor:
+        """Reset the slot and run the prompt [B, P] (eagerly, or its graph with prefill_graphs);
+        returns its last logits [B, V] (with prefill_graphs: the graph's buffer)."""
+        if not self.prefill_graphs or input_ids.numel() > PREFILL_GRAPH_MAX_TOKENS:
+            slot.cache.reset()
+            return self._prefill_step(slot, input_ids)
+        prompt = input_ids.shape[1]
+        if prompt not in slot.prefills:
+            ids = torch.zeros_like(input_ids)
+            slot.prefills[prompt] = (*self._graphed(slot, lambda: self._prefill_step(slot, ids)), ids)
+        graph, logits, ids = slot.prefills[prompt]
+        slot.cache.reset()
+        ids.copy_(input_ids)
+        graph.replay()
+        return logits
+
+    def decode(self, slot: _Slot) -> torch.Tensor:
+        """One step: replay the graph (or run the step eagerly); returns the step's logits [B, V]
+        (the graph's buffer: read it before the next step)."""
+        if slot.graph is None:
+            return self._step(slot)
+        slot.graph.replay()
+        return slot.logits
+
+    @torch.inference_mode()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None = None,
+                 pad_token_id: int | None = None, output_logits: bool = False):
+        """Greedy continuation of ``input_ids`` [B, P] (int64, on the model's device).
+
+        Returns [B, P + max_new_tokens] token ids (fewer new tokens when every row met
+        ``eos_token_id``); with ``output_logits`` also the logits of each new token [B, n, V].
+        """
+        if input_ids.dim() != 2 or input_ids.dtype != torch.long or input_ids.device != self.device:
+            raise ValueError(f"w8a8.Generator.generate: input_ids must be int64 [batch, prompt] on {self.device}, "
+                             f"got {input_ids.dtype} {list(input_ids.shape)} on {input_ids.device}")
+        if max_new_tokens < 1:
+            raise ValueError(f"w8a8.Generator.generate: max_new_tokens must be >= 1, got {max_new_tokens}")
+        batch, prompt = input_ids.shape
+        slot = self.slot(batch, prompt + max_new_tokens)
+        new = torch.empty(batch, max_new_tokens, dtype=torch.long, device=self.device)
+        first = self.prefill(slot, input_ids)
+        logits = [first.clone()] if output_logits else None
+        new[:, 0] = slot.ids[:, 0]
+        done = 1
+        for i in range(1, max_new_tokens):
+            if eos_token_id is not None and i % STOP_CHECK == 0 and bool((new[:, :i] == eos_token_id).any(1).all()):
+                break
+            step_logits = self.decode(slot)
+            if output_logits:
+                logits.append(step_logits.clone())
+            new[:, i] = slot.ids[:, 0]
+            done = i + 1
+        new = new[:, :done]
+        if eos_token_id is not None:  # after a row's first eos: pad
+            after = (new == eos_token_id).long().cumsum(1) - (new == eos_token_id).long() > 0
+            new = new.masked_fill(after, eos_token_id if pad_token_id is None else pad_token_id)
+        tokens = torch.cat([input_ids, new], dim=1)
+        return (tokens, torch.stack(logits, dim=1)) if output_logits else tokens
