@@ -1,7 +1,10 @@
 """The w8a8 ops: every schema defined once, the fakes beside them, typed public wrappers.
 
 One public op per operation, each with a CPU implementation (the exact reference) and a
-CUDA implementation (``w8a8.dispatch`` picks the kernel for the operands and calls it):
+CUDA implementation: where ``w8a8._C`` is built, the C++ router (``csrc/torch/sm90/routes.cpp``)
+for ``scaled_mm``, ``linear`` and the quantizers, which picks the kernel for the device and
+the operands; the Triton kernels for the fused producers (their only GPU kernels), and for
+every op where ``w8a8._C`` is not built:
 
     w8a8::quantize_per_token(Tensor x) -> (Tensor, Tensor)
     w8a8::quantize_static(Tensor x, Tensor scale, Tensor? zero_point) -> Tensor
@@ -17,7 +20,7 @@ A traced or exported graph names these, so an exported program runs on whatever 
 it is loaded on. The kernels are ops of their own (``w8a8::scaled_mm_sm90``,
 ``scaled_mm_sm80``, ``scaled_mm_triton``, ``quantize_*_cuda``, ``quantize_*_triton``,
 ``linear_sm90``, ``*_quant_triton``), each validating its inputs at its entry with the words of
-``w8a8.validate``; tests and benchmarks reach them through ``backend=``.
+``w8a8.validate``; tests and benchmarks reach them through ``backend=`` (``w8a8.dispatch``).
 The math is stated in ``w8a8.reference``.
 """
 from __future__ import annotations
@@ -115,6 +118,11 @@ def _reference_linear(x, weight, weight_scale, bias, input_scale, input_zero_poi
                                     mm_backend="reference", quant_backend="reference")
 
 
+def _triton_linear(x, weight, weight_scale, bias, input_scale, input_zero_point):
+    return dispatch.linear_composed(x, weight, weight_scale, bias, input_scale, input_zero_point,
+                                    mm_backend="triton", quant_backend="triton")
+
+
 def _triton():
     # Imported on first use: TRITON_INTERPRET is read when the kernels are decorated.
     from w8a8 import triton as triton_kernels
@@ -152,38 +160,27 @@ def _triton_silu_mul_quant(gate, up):
     return _triton().silu_mul_quant(gate, up)
 
 
-_lib.impl("quantize_per_token", dispatch.kernel("quantize_per_token", "reference"), "CPU")
-_lib.impl("quantize_static", dispatch.kernel("quantize_static", "reference"), "CPU")
-_lib.impl("scaled_mm", dispatch.kernel("scaled_mm", "reference"), "CPU")
-_lib.impl("linear", _reference_linear, "CPU")
-for _name in ("rms_norm_quant", "add_rms_norm_quant", "silu_mul_quant"):
+_TRITON = {
+    "quantize_per_token": _triton_quantize_per_token,
+    "quantize_static": _triton_quantize_static,
+    "scaled_mm": _triton_scaled_mm,
+    "rms_norm_quant": _triton_rms_norm_quant,
+    "add_rms_norm_quant": _triton_add_rms_norm_quant,
+    "silu_mul_quant": _triton_silu_mul_quant,
+}
+for _name, _impl in _TRITON.items():
     _lib.impl(_name, dispatch.kernel(_name, "reference"), "CPU")
-_lib.impl("quantize_per_token", lambda x: dispatch.quantize_kernel("quantize_per_token", x)(x), "CUDA")
-_lib.impl("quantize_static", lambda x, s, zp: dispatch.quantize_kernel("quantize_static", x)(x, s, zp), "CUDA")
-_lib.impl("rms_norm_quant", lambda x, w, eps: dispatch.quantize_kernel("rms_norm_quant", x)(x, w, eps), "CUDA")
-_lib.impl(
-    "add_rms_norm_quant",
-    lambda x, r, w, eps: dispatch.quantize_kernel("add_rms_norm_quant", x)(x, r, w, eps),
-    "CUDA",
-)
-_lib.impl("silu_mul_quant", lambda g, u: dispatch.quantize_kernel("silu_mul_quant", g)(g, u), "CUDA")
-_lib.impl(
-    "scaled_mm",
-    lambda a, b, sa, sb, bias, dt: dispatch.scaled_mm_kernel(a, b, dt)(a, b, sa, sb, bias, dt),
-    "CUDA",
-)
-_lib.impl(
-    "linear",
-    lambda x, w, ws, bias, s, zp: dispatch.linear_kernel(x, w)(x, w, ws, bias, s, zp),
-    "CUDA",
-)
-for _key in ("CPU", "CUDA"):  # CPU: Triton's interpreter (tests)
-    _lib.impl("quantize_per_token_triton", _triton_quantize_per_token, _key)
-    _lib.impl("quantize_static_triton", _triton_quantize_static, _key)
-    _lib.impl("scaled_mm_triton", _triton_scaled_mm, _key)
-    _lib.impl("rms_norm_quant_triton", _triton_rms_norm_quant, _key)
-    _lib.impl("add_rms_norm_quant_triton", _triton_add_rms_norm_quant, _key)
-    _lib.impl("silu_mul_quant_triton", _triton_silu_mul_quant, _key)
+    for _key in ("CPU", "CUDA"):  # CPU: Triton's interpreter (tests)
+        _lib.impl(f"{_name}_triton", _impl, _key)
+_lib.impl("linear", _reference_linear, "CPU")
+# On a GPU: the fused producers run their Triton kernel; the other public ops the C++ router,
+# registered by w8a8._C, or, without it, the Triton kernels.
+_ROUTED = ("scaled_mm", "linear", "quantize_per_token", "quantize_static")
+for _name in ("rms_norm_quant", "add_rms_norm_quant", "silu_mul_quant"):
+    _lib.impl(_name, _TRITON[_name], "CUDA")
+if not dispatch.load("_C")[0]:
+    for _name in _ROUTED:
+        _lib.impl(_name, _triton_linear if _name == "linear" else _TRITON[_name], "CUDA")
 
 
 def _inference_only(op: str):
@@ -209,15 +206,6 @@ for _name in ("scaled_mm", "linear"):
 # --- public wrappers -----------------------------------------------------------------------
 
 
-def _eager(t) -> bool:
-    """Whether a wrapper may call the kernel the op's implementation would pick without going
-    through the op (one dispatcher round trip less per call: host time at decode). Only for
-    plain tensors outside autograd and tracing: compile and export see the op, and a tensor
-    that requires grad meets its inference-only autograd rule."""
-    return type(t) is torch.Tensor and not t.requires_grad and not torch.compiler.is_compiling()
-
-
-
 def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-token (per-row) int8 quantization: ``w8a8::quantize_per_token``.
 
@@ -234,14 +222,12 @@ def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[tor
     scale : Tensor [..., 1], float32. ``scale = amax(|x|, dim=-1) / 127``.
         An all-zero row gives q = 0, scale = 0. A row holding Inf or NaN gives
         q = 0 and scale = NaN, so that row of any product is NaN downstream.
-        On a GPU both live in storage padded to the sm90 GEMM's tile edge
-        (``w8a8.padding.padded_rows``: 33..47 rows to 48, 65..96 to 96, 97..128 to 128, 129..192
-        to 192, 193..256 to 256, 257..320 to 320, 321..384 to 384, 385..512 to 512), which
-        the sm90 ``scaled_mm`` runs on.
+        On an sm90 GPU both live in storage padded to the sm90 GEMM's tile edge
+        (``w8a8.padding.padded_rows``), which the sm90 ``scaled_mm`` runs on.
     """
-    if backend is None and not _eager(x):
+    if backend is None:
         return torch.ops.w8a8.quantize_per_token.default(x)
-    return dispatch.quantize_kernel("quantize_per_token", x, backend)(x)
+    return dispatch.named_kernel("quantize_per_token", x, backend)(x)
 
 
 def quantize_static(
@@ -261,9 +247,9 @@ def quantize_static(
     q : Tensor [..., K], int8. ``q = clamp(rint(x / scale) + zero_point, -128, 127)``;
         +-Inf saturate, NaN becomes ``zero_point`` (int8 cannot carry it).
     """
-    if backend is None and not _eager(x):
+    if backend is None:
         return torch.ops.w8a8.quantize_static.default(x, scale, zero_point)
-    return dispatch.quantize_kernel("quantize_static", x, backend)(x, scale, zero_point)
+    return dispatch.named_kernel("quantize_static", x, backend)(x, scale, zero_point)
 
 
 def scaled_mm(
@@ -307,9 +293,9 @@ def scaled_mm(
     """
     if split_k is not None or scheduler != "auto":
         return dispatch.scaled_mm_sm90_decomposed(a, b, a_scale, b_scale, bias, out_dtype, backend, split_k, scheduler)
-    if backend is None and not _eager(a):
+    if backend is None:
         return torch.ops.w8a8.scaled_mm.default(a, b, a_scale, b_scale, bias, out_dtype)
-    return dispatch.scaled_mm_kernel(a, b, out_dtype, backend)(a, b, a_scale, b_scale, bias, out_dtype)
+    return dispatch.named_kernel("scaled_mm", a, backend)(a, b, a_scale, b_scale, bias, out_dtype)
 
 
 def linear(
@@ -339,10 +325,9 @@ def linear(
     input_zero_point : None or one int8 / int32 value (static, asymmetric).
     backend : None (the op), or a scaled_mm kernel name (see ``scaled_mm``).
     """
-    if backend is None and not _eager(x):
+    if backend is None:
         return torch.ops.w8a8.linear.default(x, weight, weight_scale, bias, input_scale, input_zero_point)
-    impl = dispatch.linear_kernel(x, weight, backend)
-    return impl(x, weight, weight_scale, bias, input_scale, input_zero_point)
+    return dispatch.linear_kernel(x, weight, backend)(x, weight, weight_scale, bias, input_scale, input_zero_point)
 
 
 def rms_norm_quant(
@@ -380,12 +365,12 @@ def rms_norm_quant(
     The math, and how closely the kernels reproduce normed, are in ``w8a8.reference``.
     """
     if residual is None:
-        if backend is None and not _eager(x):
+        if backend is None:
             return torch.ops.w8a8.rms_norm_quant.default(x, weight, eps)
-        return dispatch.quantize_kernel("rms_norm_quant", x, backend)(x, weight, eps)
-    if backend is None and not _eager(x):
+        return dispatch.named_kernel("rms_norm_quant", x, backend)(x, weight, eps)
+    if backend is None:
         return torch.ops.w8a8.add_rms_norm_quant.default(x, residual, weight, eps)
-    return dispatch.quantize_kernel("add_rms_norm_quant", x, backend)(x, residual, weight, eps)
+    return dispatch.named_kernel("add_rms_norm_quant", x, backend)(x, residual, weight, eps)
 
 
 def silu_mul_quant(
@@ -410,6 +395,6 @@ def silu_mul_quant(
     codes : Tensor [..., F], int8, contiguous.
     scales : Tensor [..., 1], float32.
     """
-    if backend is None and not _eager(gate):
+    if backend is None:
         return torch.ops.w8a8.silu_mul_quant.default(gate, up)
-    return dispatch.quantize_kernel("silu_mul_quant", gate, backend)(gate, up)
+    return dispatch.named_kernel("silu_mul_quant", gate, backend)(gate, up)

@@ -174,6 +174,7 @@ ScaledMmSm90Plan choose(const ScaledMmSm90Params& p) {
     const bool splits_k = config.stream_k && options.decomposition != Decomposition::kDataParallel;
     plan.decomposition = config.stream_k ? decomposition_name(options.decomposition) : "data_parallel";
     plan.splits = splits_k ? options.splits : 1;
+    plan.needs_workspace = splits_k;
   }
   return plan;
 }

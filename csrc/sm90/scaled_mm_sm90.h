@@ -75,6 +75,8 @@ struct ScaledMmSm90Plan {
   int splits = 1;                  // K splits: CUTLASS split-K, or a decode kernel's split inside the CTA
   bool cutlass = true;             // a CUTLASS kernel (nearly all of an SM's shared memory);
                                    // false for the decode kernels (the GEMV, the skinny GEMM)
+  bool needs_workspace = false;    // CUTLASS's stream-K scheduler splits K: ask
+                                   // scaled_mm_sm90_workspace_size (every other plan needs none)
 };
 
 // Checks `params` (the problem contract of scaled_mm_problem.h, config_id,
@@ -84,8 +86,8 @@ struct ScaledMmSm90Plan {
 // below trust a plan made for the same params.
 ScaledMmSm90Plan scaled_mm_sm90_plan(const ScaledMmSm90Params& params);
 
-// Bytes of device workspace the planned call needs (0 for data-parallel
-// entries; stream-K / split-K runs need a reduction buffer).
+// Bytes of device workspace the planned call needs (0 unless plan.needs_workspace:
+// stream-K / split-K runs need a reduction buffer).
 size_t scaled_mm_sm90_workspace_size(const ScaledMmSm90Params& params, const ScaledMmSm90Plan& plan);
 
 // Enqueues the planned GEMM on `stream`. `workspace` holds at least
@@ -96,7 +98,7 @@ void scaled_mm_sm90(const ScaledMmSm90Params& params, const ScaledMmSm90Plan& pl
                     cudaStream_t stream);
 
 // The config table: entry names address configs (benchmarks, tests, the op's
-// `config`); ids are positions and depend on the build (W8A8_SWEEP_CONFIGS).
+// `config`); ids are positions (a sweep build appends its entries, benchmarks/sweep).
 int scaled_mm_sm90_num_configs();
 const char* scaled_mm_sm90_config_name(int config_id);  // null when out of range
 

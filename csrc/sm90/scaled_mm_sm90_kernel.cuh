@@ -9,6 +9,7 @@
 //           D column-major with leading dimension ldd, which is out itself.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -243,24 +244,41 @@ size_t ScaledMmSm90Launcher<Config, ElementOut>::workspace_size(const ScaledMmSm
   return G::Gemm::get_workspace_size(ScaledMmSm90Arguments<Config, ElementOut>::make(params, options));
 }
 
+// cudaFuncAttributeMaxDynamicSharedMemorySize of `kernel` on `device`, set once per device
+// (the attribute belongs to the device's context; CUTLASS's initialize() sets it on every call).
+template <auto kKernel>
+void max_dynamic_smem_once(int device, int bytes) {
+  static std::atomic<uint64_t> done{0};  // bit d: set on device d (< 64 devices)
+  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
+  const cudaError_t error = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (error != cudaSuccess) {
+    throw std::runtime_error(std::string("setting the kernel's shared memory size failed: ") + cudaGetErrorString(error));
+  }
+  done.fetch_or(bit, std::memory_order_release);
+}
+
 template <class Config, class ElementOut>
 void ScaledMmSm90Launcher<Config, ElementOut>::run(const ScaledMmSm90Params& params,
                                                    const SchedulerOptions& options, void* workspace,
                                                    cudaStream_t stream) {
   using G = ScaledMmSm90Gemm<Config, ElementOut>;
+  using Kernel = typename G::Kernel;
   const auto args = ScaledMmSm90Arguments<Config, ElementOut>::make(params, options);
-  typename G::Gemm gemm;
-  detail::throw_if_failed(gemm.can_implement(args), "can_implement");
-  // initialize() zeroes the stream-K locks in `workspace` on `stream`, sets
-  // the kernel's dynamic shared memory limit, and builds the TMA descriptors.
-  detail::throw_if_failed(gemm.initialize(args, workspace, stream), "initialize");
+  detail::throw_if_failed(G::Gemm::can_implement(args), "can_implement");
+  // GemmUniversalAdapter::initialize() without its per-call cudaFuncSetAttribute: zero the
+  // stream-K locks in `workspace` on `stream`, then build the params (the TMA descriptors).
+  detail::throw_if_failed(Kernel::initialize_workspace(args, workspace, stream, nullptr), "initialize_workspace");
+  typename Kernel::Params kernel_params = Kernel::to_underlying_arguments(args, workspace);
+  constexpr int kSmem = Kernel::SharedStorageSize;
+  if constexpr (kSmem >= (48 << 10)) max_dynamic_smem_once<cutlass::device_kernel<Kernel>>(params.device_id, kSmem);
   // Two CTAs per SM need the largest shared-memory split, which the driver does not pick
   // for a kernel that fits at a smaller one (common/programmatic_launch.cuh).
-  with_carveout<G::kTwoPerSm, cutlass::device_kernel<typename G::Kernel>>("scaled_mm_sm90");
+  with_carveout<G::kTwoPerSm, cutlass::device_kernel<Kernel>>("scaled_mm_sm90");
   // A programmatic dependent of the kernel before it (scaled_mm_sm90_mainloop.cuh), except
-  // where the stream-K scheduler splits K (its workspace reset by a kernel in initialize()).
+  // where the stream-K scheduler splits K (its workspace reset by a kernel above).
   const bool programmatic = !G::kStreamK || options.decomposition == Decomposition::kDataParallel;
-  detail::throw_if_failed(gemm.run(stream, nullptr, programmatic), "launch");
+  detail::throw_if_failed(G::Gemm::run(kernel_params, stream, nullptr, programmatic), "launch");
 }
 
 }  // namespace w8a8::sm90

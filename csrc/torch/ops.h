@@ -59,16 +59,19 @@ inline at::Tensor bind_problem(ScaledMmProblem& p, const at::Tensor& a, const at
 
 // Runs `fn` (a call into a kernel library) and rethrows what it throws with the
 // op's name: std::invalid_argument (params the library refuses) as ValueError,
-// anything else (CUTLASS, launch) as RuntimeError. `context` ends the message.
+// anything else (CUTLASS, launch) as RuntimeError. A failing GEMM's message ends with
+// its problem shape (`shape`; the string is built only then).
 template <class Fn>
-auto call_kernel_library(const char* op, Fn&& fn, const std::string& context = "") -> decltype(fn()) {
+auto call_kernel_library(const char* op, Fn&& fn, const ScaledMmProblem* shape = nullptr) -> decltype(fn()) {
   try {
     return fn();
   } catch (const c10::Error&) {
     throw;
-  } catch (const std::invalid_argument& e) {
-    W8A8_CHECK_VALUE(op, false, e.what(), context);
   } catch (const std::exception& e) {
+    const std::string context =
+        shape == nullptr ? std::string()
+                         : msg::join(" (M = ", shape->m, ", N = ", shape->n, ", K = ", shape->k, ")");
+    if (dynamic_cast<const std::invalid_argument*>(&e) != nullptr) W8A8_CHECK_VALUE(op, false, e.what(), context);
     W8A8_CHECK_RUNTIME(op, false, e.what(), context);
   }
   throw std::logic_error("unreachable");
@@ -82,6 +85,31 @@ at::Tensor scaled_mm_sm90_checked(const char* op, const ScaledMmSm90Params& para
                                   const at::Tensor& b, const at::Tensor& a_scale, const at::Tensor& b_scale,
                                   const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
                                   const DeviceInfo& info);
+
+// The sm90 GEMM on operands that passed checks::scaled_mm (what the kernel op
+// w8a8::scaled_mm_sm90 runs after its checks): the kernels' limits, K == 0 and empty
+// problems, the codes' padded rows (common/padded_rows.h), plan and run. `config`,
+// `split_k`, `scheduler` as the kernel op takes them. (scaled_mm_sm90.cpp)
+at::Tensor scaled_mm_sm90_after_checks(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
+                                       const at::Tensor& b_scale, const c10::optional<at::Tensor>& bias,
+                                       at::ScalarType out_dtype, c10::string_view config = "",
+                                       c10::optional<int64_t> split_k = c10::nullopt,
+                                       c10::string_view scheduler = "auto");
+
+// `t` (2-D [M, C]) seen with `rows` rows, same strides, where its storage holds them;
+// an undefined tensor where it does not. (scaled_mm_sm90.cpp)
+at::Tensor widened(const at::Tensor& t, int64_t rows);
+
+// The CUDA per-token quantizer (w8a8::quantize_per_token_sm90 after its checks): q and scale
+// in storage of `rows` rows (0: x's own), views of the first M. (quantize.cpp)
+std::tuple<at::Tensor, at::Tensor> quantize_per_token_sm90_after_checks(const at::Tensor& x, int64_t rows);
+
+// W8A8Linear's forward as one call (w8a8::linear_sm90 after checks::linear): the CUDA
+// quantizer, then the sm90 GEMM, codes in storage of `rows` rows (0: x's own). (linear.cpp)
+at::Tensor linear_sm90_after_checks(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                                    const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& input_scale,
+                                    const c10::optional<at::Tensor>& input_zero_point, int64_t rows,
+                                    c10::string_view config = "");
 
 // The sm90 table entry a `config` argument names: -1 for "" (the heuristic), else its id;
 // any other name is a ValueError that lists the table, worded for `op`.

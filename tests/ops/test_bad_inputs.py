@@ -40,7 +40,7 @@ def _mm_paths(device: str):
 def _quant_paths(op: str, device: str):
     paths = [(f"kernel:{b}", dispatch.kernel(op, b)) for b in dispatch.BACKENDS[op]
              if dispatch.unavailable_reason(op, b, torch.device(device)) is None]
-    return paths + [("op", getattr(torch.ops.w8a8, op).default), ("wrapper", getattr(w8a8, op))]
+    return paths + [("op", getattr(torch.ops.w8a8, op).default), ("wrapper", getattr(w8a8.ops, op))]
 
 
 def _linear_paths(device: str):
@@ -51,7 +51,7 @@ def _linear_paths(device: str):
              if dispatch.unavailable_reason("scaled_mm", b, torch.device(device)) is None]
     if device == "cuda" and hasattr(torch.ops.w8a8, "linear_sm90"):
         paths.append(("kernel:linear_sm90", torch.ops.w8a8.linear_sm90.default))
-    return paths + [("op", torch.ops.w8a8.linear.default), ("wrapper", w8a8.linear)]
+    return paths + [("op", torch.ops.w8a8.linear.default), ("wrapper", w8a8.ops.linear)]
 
 
 def _fused_paths(op: str, wrapper):
@@ -415,6 +415,6 @@ def test_w8a8linear_constructor_refusals():
 def test_no_public_out_variant():
     """Overlapping ``out`` needs an out= variant: none of the public ops has one. Add the
     overlap cases here with the first one that does."""
-    for fn in (w8a8.ops.scaled_mm, w8a8.ops.quantize_per_token, w8a8.ops.quantize_static, w8a8.linear, w8a8.ops.rms_norm_quant,
+    for fn in (w8a8.ops.scaled_mm, w8a8.ops.quantize_per_token, w8a8.ops.quantize_static, w8a8.ops.linear, w8a8.ops.rms_norm_quant,
                w8a8.ops.silu_mul_quant, w8a8.W8A8Linear.forward):
         assert not {"out", "output"} & set(inspect.signature(fn).parameters), fn.__qualname__

@@ -1,6 +1,7 @@
-"""What ``w8a8.dispatch`` chooses where: the defaults per device, a named unavailable kernel
-raising with the reason, the fallback on a GPU warned once with the reason, the routing
-predicate (misaligned views, row strides, K % 16, N % 8, fp32 out), and that it traces
+"""Which kernel runs where: the defaults per device (the C++ router's rule where w8a8._C is
+built, Triton's kernels on a GPU without it), a named unavailable kernel raising with the
+reason, the fallback of operands the CUTLASS kernels cannot take (misaligned views, row
+strides, K % 16, N % 8, fp32 out) warned once with the reason, and that the public op traces
 under torch.compile without specialising on M."""
 import warnings
 
@@ -26,36 +27,19 @@ def test_backend_names():
     assert w8a8.dispatch.BACKENDS is dispatch.BACKENDS
 
 
-@pytest.fixture
-def fake_gpu(monkeypatch):
-    """A CUDA device of a given compute capability, as the defaults see it (no GPU needed)."""
+@pytest.mark.skipif(dispatch.load("_C")[0], reason="needs w8a8._C unbuilt")
+def test_without_the_library_a_gpu_runs_triton(monkeypatch):
+    """Without w8a8._C (no CUDA build, or a GPU it is not built for) every op's default on a
+    GPU is its Triton kernel, said without a warning: nothing faster is missing."""
     monkeypatch.setattr(dispatch, "_triton_installed", lambda: True)
-
-    def set_capability(capability):
-        monkeypatch.setattr(dispatch, "_capability", lambda index: capability)
-        dispatch._best.cache_clear()
-        dispatch._warned.clear()
-
-    yield set_capability
     dispatch._best.cache_clear()
-    dispatch._warned.clear()
-
-
-@pytest.mark.skipif(dispatch.load("_C")[0] or dispatch.load("_C_sm80")[0], reason="needs the libraries unbuilt")
-def test_a_family_is_a_default_only_where_it_is_built(fake_gpu):
-    """On a GPU a compiled family is not built for, the next kernel is the default without a
-    warning; on one it is built for, its absence is a fallback, warned with the reason."""
-    for capability in ((8, 0), (10, 0), (12, 0)):
-        fake_gpu(capability)
+    try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert dispatch._best("quantize_per_token", "cuda", 0) == "triton"
-            if capability[0] != 8:
-                assert dispatch._best("scaled_mm", "cuda", 0) == "triton"
-    fake_gpu((9, 0))
-    with pytest.warns(RuntimeWarning, match=r"^w8a8\.quantize_per_token: using the 'triton' kernels on cuda:0: "
-                                            r"'sm90' unavailable: w8a8\._C is not built"):
-        assert dispatch._best("quantize_per_token", "cuda", 0) == "triton"
+            assert {op: dispatch._best(op, "cuda", 0) for op in dispatch.BACKENDS} == dict.fromkeys(
+                dispatch.BACKENDS, "triton")
+    finally:
+        dispatch._best.cache_clear()
 
 
 @pytest.mark.parametrize("op", list(dispatch.BACKENDS))
@@ -103,32 +87,8 @@ def test_extension_status_is_a_reason():
     assert dispatch.config_names("sm90") == () or SM90
 
 
-# --- the routing predicate ---------------------------------------------------------------------
-
-
-def _offset_by_one(rows, cols):
-    return rand_int8(rows, cols + 16)[:, 1 : cols + 1]
-
-
-def test_cutlass_operand_reason():
-    a, b = rand_int8(M, K), rand_int8(N, K)
-    reason = dispatch.cutlass_operand_reason
-    assert reason(a, b, torch.bfloat16) is None and reason(a, b, torch.float16) is None
-    assert reason(a[:1], b, torch.bfloat16) is None
-    assert reason(rand_int8(1, K + 8)[:, :K], b, torch.bfloat16) is None  # one row: its pitch is unused
-    assert reason(rand_int8(M, K + 16)[:, :K], b, torch.bfloat16) is None  # pitch 48: 16-byte rows
-    assert "storage offset 1" in reason(_offset_by_one(M, K), b, torch.bfloat16)
-    assert "b's data pointer" in reason(a, _offset_by_one(N, K), torch.bfloat16)
-    assert "a's row stride 40" in reason(rand_int8(M, K + 8)[:, :K], b, torch.bfloat16)
-    assert "a's row stride 0" in reason(rand_int8(1, K).expand(M, K), b, torch.bfloat16)
-    assert "K = 40" in reason(rand_int8(M, 40), rand_int8(N, 40), torch.bfloat16)
-    assert "N = 20" in reason(a, rand_int8(20, K), torch.bfloat16)
-    assert "out_dtype torch.float32" in reason(a, b, torch.float32)
-    # What no kernel takes is left to the kernels' validation (the op's message).
-    assert reason(rand_int8(K, M).t(), b, torch.bfloat16) is None
-    assert reason(a[0], b, torch.bfloat16) is None
-    assert reason(None, b, torch.bfloat16) is None
-    assert reason(a[:0], b, torch.bfloat16) is None  # nothing runs
+def _offset_by_one(rows, cols, device="cpu"):
+    return rand_int8(rows, cols + 16, device=device)[:, 1 : cols + 1]
 
 
 def test_the_public_op_is_opaque_under_compile():
@@ -158,19 +118,24 @@ def test_gpu_defaults():
     assert dispatch.choose("quantize_static", dev) == "triton"
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not SM90, reason="the single op w8a8::linear_sm90 runs on sm90")
-@pytest.mark.parametrize("n,m,single", [(4096, 1, True), (4096, 128, True), (4096, 192, True), (4096, 193, True),
-                                        (4096, 256, True), (4096, 257, False), (6144, 129, True),
-                                        (57344, 192, True), (6144, 2 * 97, True), (6144, 256, True),
-                                        (6144, 2 * 129, False)])
-def test_linear_single_op_token_limits(n, m, single):
-    """w8a8::linear on sm90 runs the single op up to LINEAR_SM90_MAX_TOKENS tokens (those of
-    all leading dimensions), whatever the GEMM's tile; above, quantize + scaled_mm."""
-    x = torch.randn(2, m // 2, 4096, device="cuda", dtype=torch.bfloat16) if m % 2 == 0 else \
-        torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
-    kernel = dispatch.linear_kernel(x, rand_int8(n, 4096, device="cuda"))
-    assert (getattr(kernel, "func", None) is torch.ops.w8a8.linear_sm90.default) is single, (n, m)
+@pytest.mark.sm90
+@pytest.mark.parametrize("case", ["one_row", "pitch_48", "single_row_pitch"])
+def test_cutlass_takes_16_byte_rows(case):
+    """Operands with 16-byte rows run the CUTLASS kernels, no fallback: a single row (its
+    pitch is never used), a row pitch of 48 (a multiple of 16, >= K)."""
+    if not SM90:
+        pytest.skip("needs the sm90 kernels as the default")
+    a, b, sa, sb, bias = mm_operands(M, N, K, "cuda")
+    if case == "one_row":
+        a, sa = a[:1], sa[:1]
+    elif case == "pitch_48":
+        a = rand_int8(M, K + 16, device="cuda")[:, :K]
+    else:
+        a, sa = rand_int8(1, K + 8, device="cuda")[:, :K], sa[:1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = w8a8.ops.scaled_mm(a, b, sa, sb, bias, torch.bfloat16)
+    assert_exact(out, ref_scaled_mm(a, b, sa, sb, bias, torch.bfloat16))
 
 
 @pytest.mark.cuda
@@ -205,10 +170,10 @@ def test_fallback_is_warned_once_with_the_reason_and_exact(case, expected):
     elif case == "row_stride":
         a = rand_int8(M, K + 8, device="cuda")[:, :K]
     else:
-        a = rand_int8(M, K + 16, device="cuda")[:, 1 : K + 1]
-    dispatch._warned.clear()
-    with pytest.warns(RuntimeWarning, match=rf"^w8a8\.scaled_mm: the CUTLASS kernels cannot take .*{expected}.*; "
-                                            rf"using the 'triton' kernel$"):
+        a = _offset_by_one(M, K, "cuda")
+    torch.ops.w8a8._forget_warnings()  # the router warns once per message and process
+    with pytest.warns(UserWarning, match=rf"^w8a8\.scaled_mm: the CUTLASS kernels cannot take .*{expected}.*; "
+                                         rf"using the 'triton' kernel$"):
         out = w8a8.ops.scaled_mm(a, b, sa, sb, bias, out_dtype)
     assert_exact(out, ref_scaled_mm(a, b, sa, sb, bias, out_dtype))
     with warnings.catch_warnings():

@@ -661,9 +661,9 @@ def test_sm90_exp_reduction_is_the_previous_kernels():
         import triton.backends.nvidia  # noqa: F401
     except ImportError as exc:
         pytest.skip(f"this triton has no NVIDIA backend to compile with ({exc})")
-    tests = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parent  # this module (the script imports it), tests/ (helpers), the repository
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(tests.parent), str(tests)]
+    env["PYTHONPATH"] = os.pathsep.join([str(here.parents[1]), str(here.parent), str(here)]
                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     run = subprocess.run([sys.executable, "-c", _EXP_PTX_SCRIPT], env=env, capture_output=True, text=True,
                          timeout=600)

@@ -1,18 +1,24 @@
-"""How the Triton kernels of w8a8 launch: on their tensors' device, one launch at a time.
+"""How the Triton kernels of w8a8 launch: on their tensors' device, fast after their first launch.
 
 * Triton launches on the *current* CUDA device, not on the device of the tensors it is
   given (``JITFunction.run`` asks the driver for the current device and its stream): with
   tensors on cuda:1 while cuda:0 is current, the kernel would run on cuda:0 with cuda:1's
-  pointers. ``launching(t)`` makes t's device current for the launch, as the C++ ops do
-  with a ``CUDAGuard``.
+  pointers. ``launch(t, ...)`` runs the kernel on t's device and its current stream, as the
+  C++ ops do with a ``CUDAGuard``.
 * A kernel's first launch compiles it, and Triton does not guard its kernel caches against
   two threads doing that at once (triton-lang/triton#5933). In Triton's interpreter (the
   CPU path of the tests) the program id and the patched ``triton.language`` are module
-  globals, so two threads interpreting kernels at once corrupt each other (seen here:
-  wrong outputs, and "Did you forget to add @triton.jit ?"). So every launch holds one
-  process-wide lock. On a GPU a launch only enqueues work (microseconds of host time, and
-  the GIL is held for most of it anyway), so the lock serializes nothing that ran in
-  parallel before; only a first launch holds it for the length of a compilation.
+  globals, so two threads interpreting kernels at once corrupt each other. So a launch
+  through Triton's own path holds one process-wide lock.
+* Host time: ``JITFunction.run`` binds and specializes every argument on every call (tens of
+  microseconds of Python, most of a fused quantizer's host cost). Triton's compiled kernel
+  is a function of the arguments' types, their 16-byte alignment and the values it
+  specializes on (ints, constexprs, options). ``launch`` keys the compiled kernel on
+  strictly more than that (every int's value, every tensor's dtype and 16-byte alignment,
+  every constexpr and option, the device): a call whose key was seen launches the kernel
+  Triton compiled for it directly (``CompiledKernel.run``, as ``JITFunction.run`` ends),
+  skipping the binding; any other call takes Triton's own path, which also fills the cache.
+  Launch hooks (profilers) and the interpreter always take Triton's path.
 """
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ import threading
 import torch
 
 _LOCK = threading.Lock()
+# (kernel, device index, key of the arguments) -> the compiled kernel Triton launched for them
+_COMPILED: dict = {}
 
 
 class launching:
@@ -47,3 +55,52 @@ class launching:
         finally:
             _LOCK.release()
         return False
+
+
+def _arg_key(a):
+    if isinstance(a, torch.Tensor):
+        return a.dtype, a.data_ptr() % 16 == 0
+    if isinstance(a, float):
+        return float  # specialized on its type only
+    return a  # ints, bools, None: their value
+
+
+def launch(t: torch.Tensor, kernel, grid: tuple, *args, **kwargs) -> None:
+    """``kernel[grid](*args, **kwargs)`` on ``t``'s device and current stream. ``args`` are the
+    kernel's leading parameters, ``kwargs`` the rest of them (its constexprs) and its launch
+    options (``num_warps``, ...)."""
+    if t.is_cuda and _fast_path_usable():
+        key = (kernel, t.device.index, tuple(map(_arg_key, args)), tuple(kwargs.items()))
+        compiled = _COMPILED.get(key)
+        if compiled is not None:
+            names = kernel.arg_names
+            values = args + tuple(kwargs[name] for name in names[len(args):])
+            stream = torch._C._cuda_getCurrentRawStream(t.device.index)
+            compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
+                         compiled.function, compiled.packed_metadata, None, None, None, *values)
+            return
+    with launching(t):
+        compiled = kernel[grid](*args, **kwargs)
+    if t.is_cuda and _fast_path_usable() and all(name in kwargs for name in kernel.arg_names[len(args):]):
+        _COMPILED[(kernel, t.device.index, tuple(map(_arg_key, args)), tuple(kwargs.items()))] = compiled
+
+
+def _fast_path_usable() -> bool:
+    """No launch hooks (a profiler's): they need Triton's own path, which computes their metadata."""
+    runtime = _runtime_knobs()
+    return runtime is not None and runtime.launch_enter_hook is None and runtime.launch_exit_hook is None
+
+
+_KNOBS: list = []
+
+
+def _runtime_knobs():
+    """``triton.knobs.runtime`` (Triton >= 3.4), or None: then every launch takes Triton's path."""
+    if not _KNOBS:
+        try:
+            from triton import knobs
+        except ImportError:
+            _KNOBS.append(None)
+        else:
+            _KNOBS.append(knobs.runtime)
+    return _KNOBS[0]

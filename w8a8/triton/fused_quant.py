@@ -72,7 +72,7 @@ import torch
 import triton
 import triton.language as tl
 
-from w8a8.triton._launch import launching
+from w8a8.triton._launch import launch
 from w8a8.triton.quant import (
     _FLT_MAX,
     _RINT_MAGIC,
@@ -554,13 +554,11 @@ def rms_norm_quant(
         r2 = _as_rows(residual) if residual is not None else x2
         rows = x2.shape[0]
         cfg = fused_config(k, rows)
-        with launching(x2):
-            _rms_norm_quant_kernel[(triton.cdiv(rows, cfg.rows),)](
-                x2, r2, weight, q, scale, normed, total if total is not None else normed,
-                rows, k, x2.stride(0), r2.stride(0), float(eps),
-                HAS_RESIDUAL=residual is not None, ROWS=cfg.rows, BLOCK_K=cfg.block_k,
-                SINGLE_PASS=cfg.single_pass, num_warps=cfg.num_warps,
-            )
+        launch(x2, _rms_norm_quant_kernel, (triton.cdiv(rows, cfg.rows),),
+               x2, r2, weight, q, scale, normed, total if total is not None else normed,
+               rows, k, x2.stride(0), r2.stride(0), float(eps),
+               HAS_RESIDUAL=residual is not None, ROWS=cfg.rows, BLOCK_K=cfg.block_k,
+               SINGLE_PASS=cfg.single_pass, num_warps=cfg.num_warps)
     return outputs
 
 
@@ -592,10 +590,8 @@ def silu_mul_quant(
         groups = triton.cdiv(rows, cfg.rows)
         if cfg.single_pass:  # FUSED_SILU_PROGRAMS_PER_SM a SM loop over the row groups (the kernel's docstring)
             groups = min(groups, _sm_count(g2.device) * FUSED_SILU_PROGRAMS_PER_SM)
-        with launching(g2):
-            _silu_mul_quant_kernel[(groups,)](
-                g2, u2, q, scale, product if product is not None else q, rows, f, g2.stride(0), u2.stride(0),
-                ROWS=cfg.rows, BLOCK_K=cfg.block_k, SINGLE_PASS=cfg.single_pass,
-                STORE_PRODUCT=product is not None, num_warps=cfg.num_warps,
-            )
+        launch(g2, _silu_mul_quant_kernel, (groups,),
+               g2, u2, q, scale, product if product is not None else q, rows, f, g2.stride(0), u2.stride(0),
+               ROWS=cfg.rows, BLOCK_K=cfg.block_k, SINGLE_PASS=cfg.single_pass,
+               STORE_PRODUCT=product is not None, num_warps=cfg.num_warps)
     return q, scale

@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 
 from w8a8 import padding
-from w8a8.triton._launch import launching
+from w8a8.triton._launch import launch
 from w8a8.triton.quant_configs import PerTokenConfig, StaticConfig, per_token_config, static_config
 
 # --- constants shared by the kernels (module globals must be tl.constexpr) ---------------
@@ -261,12 +261,10 @@ def quantize_per_token_out(
     r = x2.shape[0]
     cfg = config or per_token_config(k)
     grid = (triton.cdiv(r, cfg.rows),)
-    with launching(x2):
-        _quantize_per_token_kernel[grid](
-            x2, q, scale, scale if row_stats is None else row_stats, r, k, x2.stride(0),
-            ROWS=cfg.rows, BLOCK_K=cfg.block_k, SINGLE_PASS=cfg.single_pass, STATS_IN=row_stats is not None,
-            num_warps=cfg.num_warps,
-        )
+    launch(x2, _quantize_per_token_kernel, grid,
+           x2, q, scale, scale if row_stats is None else row_stats, r, k, x2.stride(0),
+           ROWS=cfg.rows, BLOCK_K=cfg.block_k, SINGLE_PASS=cfg.single_pass, STATS_IN=row_stats is not None,
+           num_warps=cfg.num_warps)
 
 
 def per_token_row_stats(x: torch.Tensor) -> torch.Tensor:
@@ -279,10 +277,8 @@ def per_token_row_stats(x: torch.Tensor) -> torch.Tensor:
     x2 = _as_rows(x)
     r = x2.shape[0]
     cfg = per_token_config(k)
-    with launching(x2):
-        _per_token_row_stats_kernel[(triton.cdiv(r, cfg.rows),)](
-            x2, stats, r, k, x2.stride(0), ROWS=cfg.rows, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps
-        )
+    launch(x2, _per_token_row_stats_kernel, (triton.cdiv(r, cfg.rows),),
+           x2, stats, r, k, x2.stride(0), ROWS=cfg.rows, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps)
     return stats
 
 
@@ -342,11 +338,9 @@ def quantize_static_out(
     r = x2.shape[0]
     cfg = config or static_config(k)
     grid = (triton.cdiv(r, cfg.rows), triton.cdiv(k, cfg.block_k))
-    with launching(x2):
-        _quantize_static_kernel[grid](
-            x2, q, scale, zero_point if zero_point is not None else scale, r, k, x2.stride(0),
-            HAS_ZP=zero_point is not None, ROWS=cfg.rows, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps,
-        )
+    launch(x2, _quantize_static_kernel, grid,
+           x2, q, scale, zero_point if zero_point is not None else scale, r, k, x2.stride(0),
+           HAS_ZP=zero_point is not None, ROWS=cfg.rows, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps)
 
 
 def quantize_static(

@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from w8a8.triton._launch import launching
+from w8a8.triton._launch import launch
 
 # --- configs -------------------------------------------------------------------------------
 
@@ -264,23 +264,21 @@ def scaled_mm_out(
     bias_v = bias.reshape(-1) if bias is not None else sb
     cfg = config or select_config(m, n, _num_sms(a.device.index if a.device.type == "cuda" else None))
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
-    with launching(a):
-        _scaled_mm_kernel[grid](
-            a, b, sa, sb, bias_v, out,
-            m, n, k,
-            a.stride(0), b.stride(0), out.stride(0), sa.stride(0), sb.stride(0), bias_v.stride(0),
-            A_SCALE_PER_ROW=sa.numel() != 1,
-            B_SCALE_PER_COL=sb.numel() != 1,
-            HAS_BIAS=bias is not None,
-            EVEN_K=k % cfg.block_k == 0,
-            BLOCK_M=cfg.block_m,
-            BLOCK_N=cfg.block_n,
-            BLOCK_K=cfg.block_k,
-            GROUP_M=cfg.group_m,
-            num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
-            **KERNEL_OPTIONS,
-        )
+    launch(a, _scaled_mm_kernel, grid,
+           a, b, sa, sb, bias_v, out,
+           m, n, k,
+           a.stride(0), b.stride(0), out.stride(0), sa.stride(0), sb.stride(0), bias_v.stride(0),
+           A_SCALE_PER_ROW=sa.numel() != 1,
+           B_SCALE_PER_COL=sb.numel() != 1,
+           HAS_BIAS=bias is not None,
+           EVEN_K=k % cfg.block_k == 0,
+           BLOCK_M=cfg.block_m,
+           BLOCK_N=cfg.block_n,
+           BLOCK_K=cfg.block_k,
+           GROUP_M=cfg.group_m,
+           num_warps=cfg.num_warps,
+           num_stages=cfg.num_stages,
+           **KERNEL_OPTIONS)
 
 
 def scaled_mm(

@@ -62,10 +62,6 @@ int config_id(c10::string_view config) {
 // the H100 when the path is named.
 bool runs_on(const DeviceInfo& info) { return info.major == 8 || (info.major == 9 && info.minor == 0); }
 
-std::string shape_context(const ScaledMmSm80Params& p) {
-  return " (M = " + std::to_string(p.m) + ", N = " + std::to_string(p.n) + ", K = " + std::to_string(p.k) + ")";
-}
-
 at::Tensor scaled_mm_sm80_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
                              const at::Tensor& b_scale, const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
                              c10::string_view config) {
@@ -89,17 +85,16 @@ at::Tensor scaled_mm_sm80_op(const at::Tensor& a, const at::Tensor& b, const at:
   at::Tensor out = bind_problem(params, a, b, a_scale, b_scale, bias, out_dtype);
   params.sm_count = info.sm_count;
   params.shared_memory_per_sm = info.shared_memory_per_sm;
-  const std::string context = shape_context(params);
-  const ScaledMmSm80Plan plan = call_kernel_library(kOp, [&] { return scaled_mm_sm80_plan(params); }, context);
+  const ScaledMmSm80Plan plan = call_kernel_library(kOp, [&] { return scaled_mm_sm80_plan(params); }, &params);
   const size_t workspace_bytes =
-      call_kernel_library(kOp, [&] { return scaled_mm_sm80_workspace_size(params, plan); }, context);
+      call_kernel_library(kOp, [&] { return scaled_mm_sm80_workspace_size(params, plan); }, &params);
   // From the caching allocator on the current stream (graph-capturable).
   at::Tensor workspace;
   if (workspace_bytes > 0) workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, a.options().dtype(at::kByte));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
   call_kernel_library(
       kOp, [&] { scaled_mm_sm80(params, plan, workspace_bytes > 0 ? workspace.data_ptr() : nullptr, stream); },
-      context);
+      &params);
   return out;
 }
 
@@ -124,7 +119,7 @@ std::string scaled_mm_sm80_plan_op(int64_t m, int64_t n, int64_t k) {
   const DeviceInfo& info = device_info(c10::cuda::current_device());
   params.sm_count = info.sm_count;
   params.shared_memory_per_sm = info.shared_memory_per_sm;
-  return call_kernel_library(kPlanOp, [&] { return scaled_mm_sm80_plan(params); }, shape_context(params)).config_name;
+  return call_kernel_library(kPlanOp, [&] { return scaled_mm_sm80_plan(params); }, &params).config_name;
 }
 
 std::vector<std::string> sm80_config_names() {

@@ -39,11 +39,19 @@ namespace {
 
 constexpr const char* kOp = "linear";
 
-at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
-                       const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& input_scale,
-                       const c10::optional<at::Tensor>& input_zero_point, int64_t rows_allocated,
-                       c10::string_view config) {
+at::Tensor linear_sm90_op(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                          const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& input_scale,
+                          const c10::optional<at::Tensor>& input_zero_point, int64_t rows, c10::string_view config) {
   checks::linear(x, weight, weight_scale, bias, input_scale, input_zero_point);
+  return linear_sm90_after_checks(x, weight, weight_scale, bias, input_scale, input_zero_point, rows, config);
+}
+
+}  // namespace
+
+at::Tensor linear_sm90_after_checks(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                                    const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& input_scale,
+                                    const c10::optional<at::Tensor>& input_zero_point, int64_t rows_allocated,
+                                    c10::string_view config) {
   const int64_t n = weight.size(0), k = weight.size(1);
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = n;
@@ -71,11 +79,17 @@ at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::
                      device);
 
   const at::Tensor rows = quantizer_rows(x, k);
-  // The quantizer writes the first m rows; the pad rows reach only output rows dropped below.
-  const at::Tensor q_padded = at::empty({padded, k}, x.options().dtype(at::kChar));
+  // The codes and (dynamic) the per-token scales in one allocation: [padded, K] int8, then
+  // [padded] fp32 at a 16-byte aligned offset. The quantizer writes the first m rows; the pad
+  // rows reach only output rows dropped below.
+  const int64_t scale_offset = (padded * k + 15) / 16 * 16;
+  const at::Tensor scratch =
+      at::empty({input_scale.has_value() ? padded * k : scale_offset + 4 * padded}, x.options().dtype(at::kByte));
+  const at::Tensor q_padded = scratch.narrow(0, 0, padded * k).view(at::kChar).view({padded, k});
   at::Tensor q = q_padded.narrow(0, 0, m);
   const at::Tensor a_scale_padded =
-      input_scale.has_value() ? *input_scale : at::empty({padded, 1}, x.options().dtype(at::kFloat));
+      input_scale.has_value() ? *input_scale
+                              : scratch.narrow(0, scale_offset, 4 * padded).view(at::kFloat).view({padded, 1});
   ScaledMmSm90Params params;  // no split request
   params.m = padded;
   params.n = n;
@@ -95,7 +109,6 @@ at::Tensor linear_sm90(const at::Tensor& x, const at::Tensor& weight, const at::
   return out.narrow(0, 0, m).view(out_shape);
 }
 
-}  // namespace
 }  // namespace w8a8
 
 TORCH_LIBRARY_FRAGMENT(W8A8_OPS, m) {
@@ -104,4 +117,4 @@ TORCH_LIBRARY_FRAGMENT(W8A8_OPS, m) {
       "Tensor? input_zero_point, int rows=0, str config=\"\") -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(W8A8_OPS, CUDA, m) { m.impl("linear_sm90", &w8a8::linear_sm90); }
+TORCH_LIBRARY_IMPL(W8A8_OPS, CUDA, m) { m.impl("linear_sm90", &w8a8::linear_sm90_op); }

@@ -61,23 +61,8 @@ void check_kernels(const char* op, const at::Tensor& x, int64_t k) {
 }
 
 std::tuple<at::Tensor, at::Tensor> quantize_per_token_op(const at::Tensor& x, int64_t rows_allocated) {
-  constexpr const char* op = "quantize_per_token";
   checks::quantize_per_token(x);
-  const int64_t k = x.size(-1);  // >= 1 (checked)
-  const int64_t m = x.numel() / k;
-  // q and scale: views of the first m rows of storage with `padded` rows (w8a8/rows.py).
-  const int64_t padded = checks::allocated_rows(op, rows_allocated, m, "rows");
-  const c10::cuda::CUDAGuard guard(x.device());
-  std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
-  scale_shape.back() = 1;
-  at::Tensor q = at::empty({padded * k}, x.options().dtype(at::kChar)).narrow(0, 0, m * k).view(x.sizes());
-  at::Tensor scale = at::empty({padded}, x.options().dtype(at::kFloat)).narrow(0, 0, m).view(scale_shape);
-  if (x.numel() == 0) return {q, scale};
-  check_kernels(op, x, k);
-  at::Tensor q_rows = q.view({-1, k});
-  at::Tensor scale_rows = scale.view({-1, 1});
-  quantize_per_token_checked(op, quantizer_rows(x, k), q_rows, scale_rows);
-  return {q, scale};
+  return quantize_per_token_sm90_after_checks(x, rows_allocated);
 }
 
 at::Tensor quantize_static_op(const at::Tensor& x, const at::Tensor& scale,
@@ -95,6 +80,25 @@ at::Tensor quantize_static_op(const at::Tensor& x, const at::Tensor& scale,
 }
 
 }  // namespace
+
+std::tuple<at::Tensor, at::Tensor> quantize_per_token_sm90_after_checks(const at::Tensor& x, int64_t rows_allocated) {
+  constexpr const char* op = "quantize_per_token";
+  const int64_t k = x.size(-1);  // >= 1 (checked)
+  const int64_t m = x.numel() / k;
+  // q and scale: views of the first m rows of storage with `padded` rows (common/padded_rows.h).
+  const int64_t padded = checks::allocated_rows(op, rows_allocated, m, "rows");
+  const c10::cuda::CUDAGuard guard(x.device());
+  std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
+  scale_shape.back() = 1;
+  at::Tensor q = at::empty({padded * k}, x.options().dtype(at::kChar)).narrow(0, 0, m * k).view(x.sizes());
+  at::Tensor scale = at::empty({padded}, x.options().dtype(at::kFloat)).narrow(0, 0, m).view(scale_shape);
+  if (x.numel() == 0) return {q, scale};
+  check_kernels(op, x, k);
+  at::Tensor q_rows = q.view({-1, k});
+  at::Tensor scale_rows = scale.view({-1, 1});
+  quantize_per_token_checked(op, quantizer_rows(x, k), q_rows, scale_rows);
+  return {q, scale};
+}
 
 at::Tensor quantizer_rows(const at::Tensor& x, int64_t k) {
   at::Tensor rows = x.reshape({-1, k});

@@ -34,6 +34,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include "common/padded_rows.h"
 #include "sm90/scaled_mm_sm90.h"
 #include "torch/checks.h"
 #include "torch/op_namespace.h"
@@ -103,32 +104,11 @@ void set_request(const char* op, ScaledMmSm90Params& params, c10::string_view co
   params.scheduler = scheduler;
 }
 
-std::string shape_context(const ScaledMmSm90Params& p) {
-  return " (M = " + std::to_string(p.m) + ", N = " + std::to_string(p.n) + ", K = " + std::to_string(p.k) + ")";
-}
-
 at::Tensor scaled_mm_sm90_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
                              const at::Tensor& b_scale, const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
                              c10::string_view config, c10::optional<int64_t> split_k, c10::string_view scheduler) {
   checks::scaled_mm(a, b, a_scale, b_scale, bias, out_dtype);
-  ScaledMmSm90Params params;
-  params.m = a.size(0);
-  params.k = a.size(1);
-  params.n = b.size(0);
-  set_request(kOp, params, config, split_k, scheduler);
-
-  const at::Device device = a.device();
-  const c10::cuda::CUDAGuard device_guard(device);
-  if (params.m == 0 || params.n == 0) return at::empty({params.m, params.n}, a.options().dtype(out_dtype));
-  if (params.k == 0) return scaled_mm_empty_k(a_scale, b_scale, bias, params.m, params.n, out_dtype);
-
-  const DeviceInfo& info = device_info(device.index());
-  checks::gemm_kernels(kOp, checks::kSm90Kernels, out_dtype, "out_dtype", params.m, params.n, params.k, "a", &a, "b",
-                       b);
-  // The kernels are sm_90a cubins (wgmma, setmaxnreg).
-  checks::capability(kOp, "the sm90 kernels", info.major == 9 && info.minor == 0, "9.0", info.major, info.minor,
-                     device);
-  return scaled_mm_sm90_checked(kOp, params, a, b, a_scale, b_scale, bias, out_dtype, info);
+  return scaled_mm_sm90_after_checks(a, b, a_scale, b_scale, bias, out_dtype, config, split_k, scheduler);
 }
 
 std::tuple<std::string, std::string, int64_t> scaled_mm_sm90_plan_op(int64_t m, int64_t n, int64_t k,
@@ -157,7 +137,7 @@ std::tuple<std::string, std::string, int64_t> scaled_mm_sm90_plan_op(int64_t m, 
   params.device_id = device;
   params.sm_count = device_info(device).sm_count;
   const ScaledMmSm90Plan plan =
-      call_kernel_library(kPlanOp, [&] { return scaled_mm_sm90_plan(params); }, shape_context(params));
+      call_kernel_library(kPlanOp, [&] { return scaled_mm_sm90_plan(params); }, &params);
   return {plan.config_name, plan.decomposition, plan.splits};
 }
 
@@ -171,6 +151,51 @@ std::vector<int64_t> sm90_archs() { return {W8A8_SM90_ARCHS}; }
 
 }  // namespace
 
+at::Tensor widened(const at::Tensor& t, int64_t rows) {
+  if (t.dim() != 2 || rows <= t.size(0) || t.size(1) == 0) return {};
+  const int64_t last = t.storage_offset() + (rows - 1) * t.stride(0) + (t.size(1) - 1) * t.stride(1);
+  if ((last + 1) * static_cast<int64_t>(t.element_size()) > static_cast<int64_t>(t.storage().nbytes())) return {};
+  return t.as_strided({rows, t.size(1)}, t.strides(), t.storage_offset());
+}
+
+at::Tensor scaled_mm_sm90_after_checks(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
+                                       const at::Tensor& b_scale, const c10::optional<at::Tensor>& bias,
+                                       at::ScalarType out_dtype, c10::string_view config,
+                                       c10::optional<int64_t> split_k, c10::string_view scheduler) {
+  ScaledMmSm90Params params;
+  params.m = a.size(0);
+  params.k = a.size(1);
+  params.n = b.size(0);
+  set_request(kOp, params, config, split_k, scheduler);
+
+  const at::Device device = a.device();
+  const c10::cuda::CUDAGuard device_guard(device);
+  if (params.m == 0 || params.n == 0) return at::empty({params.m, params.n}, a.options().dtype(out_dtype));
+  if (params.k == 0) return scaled_mm_empty_k(a_scale, b_scale, bias, params.m, params.n, out_dtype);
+
+  const DeviceInfo& info = device_info(device.index());
+  checks::gemm_kernels(kOp, checks::kSm90Kernels, out_dtype, "out_dtype", params.m, params.n, params.k, "a", &a, "b",
+                       b);
+  // The kernels are sm_90a cubins (wgmma, setmaxnreg).
+  checks::capability(kOp, "the sm90 kernels", info.major == 9 && info.minor == 0, "9.0", info.major, info.minor,
+                     device);
+  // Codes and per-token scales whose storage holds padded_rows(M) rows (the producers
+  // allocate them so, common/padded_rows.h) run on those rows; the first M rows are returned.
+  const int64_t rows = padded_rows(params.m);
+  if (rows != params.m) {
+    const at::Tensor wide_a = widened(a, rows);
+    const at::Tensor wide_scale = a_scale.numel() == 1 || !wide_a.defined()
+                                      ? a_scale
+                                      : widened(a_scale.dim() == 2 ? a_scale : a_scale.reshape({params.m, -1}), rows);
+    if (wide_a.defined() && wide_scale.defined()) {
+      params.m = rows;
+      return scaled_mm_sm90_checked(kOp, params, wide_a, b, wide_scale, b_scale, bias, out_dtype, info)
+          .narrow(0, 0, a.size(0));
+    }
+  }
+  return scaled_mm_sm90_checked(kOp, params, a, b, a_scale, b_scale, bias, out_dtype, info);
+}
+
 Sm90Call plan_scaled_mm_sm90_checked(const char* op, ScaledMmSm90Params params, const at::Tensor& a,
                                       const at::Tensor& b, const at::Tensor& a_scale, const at::Tensor& b_scale,
                                       const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
@@ -179,14 +204,15 @@ Sm90Call plan_scaled_mm_sm90_checked(const char* op, ScaledMmSm90Params params, 
   params.device_id = a.device().index();
   params.sm_count = info.sm_count;
   const ScaledMmSm90Plan plan =
-      call_kernel_library(op, [&] { return scaled_mm_sm90_plan(params); }, shape_context(params));
+      call_kernel_library(op, [&] { return scaled_mm_sm90_plan(params); }, &params);
   return {params, plan, std::move(out)};
 }
 
 at::Tensor run_scaled_mm_sm90_checked(const char* op, const Sm90Call& call) {
-  const std::string context = shape_context(call.params);
   const size_t workspace_bytes =
-      call_kernel_library(op, [&] { return scaled_mm_sm90_workspace_size(call.params, call.plan); }, context);
+      call.plan.needs_workspace
+          ? call_kernel_library(op, [&] { return scaled_mm_sm90_workspace_size(call.params, call.plan); }, &call.params)
+          : 0;
   // From the caching allocator on the current stream, so its memory is not
   // reused before this stream's GEMM has finished with it.
   at::Tensor workspace;
@@ -195,9 +221,8 @@ at::Tensor run_scaled_mm_sm90_checked(const char* op, const Sm90Call& call) {
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(call.out.device().index()).stream();
   call_kernel_library(
-      op,
-      [&] { scaled_mm_sm90(call.params, call.plan, workspace_bytes > 0 ? workspace.data_ptr() : nullptr, stream); },
-      context);
+      op, [&] { scaled_mm_sm90(call.params, call.plan, workspace_bytes > 0 ? workspace.data_ptr() : nullptr, stream); },
+      &call.params);
   return call.out;
 }
 

@@ -1,0 +1,234 @@
+// The CUDA implementations of the public ops w8a8::scaled_mm, linear, quantize_per_token and
+// quantize_static: which kernel runs a public op on a CUDA device is decided here and nowhere
+// else wherever this library is built (docs/ARCHITECTURE.md). A compiled graph or an eager
+// call reaches the kernel from here without Python; only the Triton kernels, called through
+// the dispatcher, run Python.
+//
+// The rules, by device (default_backend states them once; `python -m w8a8 info` prints them):
+//   * compute capability 9.0: the sm90 kernels (this library): the CUTLASS / decode GEMMs and
+//     the CUDA per-token quantizer;
+//   * 8.x: the sm80 GEMMs (w8a8._C_sm80, when loaded); the quantizers are Triton's;
+//   * elsewhere, and static quantization everywhere: the Triton kernels (w8a8::*_triton).
+// Operands the CUTLASS kernels cannot take (cutlass_reason) run the Triton GEMM, warned once
+// with the reason. linear runs the single op (quantizer + GEMM in one call, codes row-padded)
+// up to kLinearSingleOpMaxTokens tokens on sm90, quantize then scaled_mm otherwise.
+// The fused producer ops (rms_norm_quant, silu_mul_quant, ...) have Triton as their only GPU
+// kernel: w8a8/ops.py registers it.
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_set>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include "common/padded_rows.h"
+#include "torch/checks.h"
+#include "torch/device_info.h"
+#include "torch/messages.h"
+#include "torch/op_namespace.h"
+#include "torch/ops.h"
+
+namespace w8a8 {
+namespace {
+
+// Up to this many tokens linear runs the single op on sm90: the GEMM launches as the
+// quantizer's programmatic dependent and loads its first weights while the quantizer runs;
+// one call instead of two. [evidence linear.single-op-max-tokens]
+constexpr int64_t kLinearSingleOpMaxTokens = 256;
+
+bool is_sm90(const DeviceInfo& info) { return info.major == 9 && info.minor == 0; }
+
+using ScaledMmSig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                               const c10::optional<at::Tensor>&, at::ScalarType);
+using Sm80Sig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                           const c10::optional<at::Tensor>&, at::ScalarType, c10::string_view);
+using QuantizePerTokenSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&);
+using QuantizeStaticSig = at::Tensor(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&);
+
+const c10::TypedOperatorHandle<ScaledMmSig>& triton_scaled_mm() {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("w8a8::scaled_mm_triton", "").typed<ScaledMmSig>();
+  return op;
+}
+
+const c10::TypedOperatorHandle<QuantizePerTokenSig>& triton_quantize_per_token() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("w8a8::quantize_per_token_triton", "")
+                             .typed<QuantizePerTokenSig>();
+  return op;
+}
+
+const c10::TypedOperatorHandle<QuantizeStaticSig>& triton_quantize_static() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("w8a8::quantize_static_triton", "")
+                             .typed<QuantizeStaticSig>();
+  return op;
+}
+
+// w8a8::scaled_mm_sm80, once w8a8._C_sm80 is loaded (w8a8/ops.py loads it with this library);
+// looked up until found, then kept.
+c10::optional<c10::TypedOperatorHandle<Sm80Sig>> sm80_scaled_mm() {
+  static std::mutex lock;
+  static c10::optional<c10::TypedOperatorHandle<Sm80Sig>> op;
+  const std::lock_guard<std::mutex> guard(lock);
+  if (!op.has_value()) {
+    const auto handle = c10::Dispatcher::singleton().findOp({"w8a8::scaled_mm_sm80", ""});
+    if (handle.has_value() && handle->hasSchema()) op = handle->typed<Sm80Sig>();
+  }
+  return op;
+}
+
+// Whether the sm80 library's kernels run on this device (built for every 8.x).
+bool runs_sm80(const DeviceInfo& info) { return info.major == 8 && sm80_scaled_mm().has_value(); }
+
+// Why the CUTLASS kernels cannot take these (checked) scaled_mm operands, which Triton can;
+// empty where they can. Empty problems run anywhere (no kernel runs).
+std::string cutlass_reason(const at::Tensor& a, const at::Tensor& b, at::ScalarType out_dtype) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  if (out_dtype != at::kBFloat16 && out_dtype != at::kHalf) {
+    return msg::join("out_dtype ", out_dtype, " (they write torch.bfloat16 / torch.float16)");
+  }
+  if (k % 16) return msg::join("K = ", k, ", not a multiple of 16");
+  if (n % 8) return msg::join("N = ", n, ", not a multiple of 8");
+  if (m == 0 || n == 0 || k == 0) return "";
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"a", &a}, {"b", &b}}) {
+    if (reinterpret_cast<uintptr_t>(t->data_ptr()) % 16) {
+      return msg::join(name, "'s data pointer off the 16-byte grid (storage offset ", t->storage_offset(), ")");
+    }
+    const int64_t pitch = t->stride(0);
+    if (t->size(0) != 1 && (pitch < k || pitch % 16)) {
+      return msg::join(name, "'s row stride ", pitch, " (16-byte rows need a multiple of 16 that is >= K = ", k, ")");
+    }
+  }
+  return "";
+}
+
+// The fallback warnings said so far (each message once per process).
+std::mutex warned_lock;
+std::unordered_set<std::string> warned;
+
+void warn_once(const std::string& message) {
+  {
+    const std::lock_guard<std::mutex> guard(warned_lock);
+    if (!warned.insert(message).second) return;
+  }
+  TORCH_WARN(message);
+}
+
+// Tests: every fallback warns again.
+void forget_warnings() {
+  const std::lock_guard<std::mutex> guard(warned_lock);
+  warned.clear();
+}
+
+at::Tensor scaled_mm_route(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
+                           const at::Tensor& b_scale, const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype) {
+  checks::scaled_mm(a, b, a_scale, b_scale, bias, out_dtype);
+  const DeviceInfo& info = device_info(a.device().index());
+  const bool sm90 = is_sm90(info), sm80 = !sm90 && runs_sm80(info);
+  if (sm90 || sm80) {
+    const std::string why = cutlass_reason(a, b, out_dtype);
+    if (why.empty()) {
+      if (sm90) return scaled_mm_sm90_after_checks(a, b, a_scale, b_scale, bias, out_dtype);
+      return sm80_scaled_mm()->call(a, b, a_scale, b_scale, bias, out_dtype, "");
+    }
+    warn_once(msg::join("w8a8.scaled_mm: the CUTLASS kernels cannot take ", why, "; using the 'triton' kernel"));
+  }
+  return triton_scaled_mm().call(a, b, a_scale, b_scale, bias, out_dtype);
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_per_token_route(const at::Tensor& x) {
+  checks::quantize_per_token(x);
+  if (is_sm90(device_info(x.device().index()))) {
+    return quantize_per_token_sm90_after_checks(x, padded_rows(x.numel() / x.size(-1)));
+  }
+  return triton_quantize_per_token().call(x);
+}
+
+// Static quantization runs Triton's kernel on every GPU. [evidence quant.static-triton]
+at::Tensor quantize_static_route(const at::Tensor& x, const at::Tensor& scale,
+                                 const c10::optional<at::Tensor>& zero_point) {
+  return triton_quantize_static().call(x, scale, zero_point);
+}
+
+// Whether the single op serves this (checked) linear call: sm90, few tokens, and a problem
+// the CUTLASS kernels take (16-bit x, K % 16, N % 8, 16-byte weight rows).
+bool single_op_serves(const at::Tensor& x, const at::Tensor& weight, const DeviceInfo& info) {
+  const int64_t n = weight.size(0), k = weight.size(1);
+  if (!is_sm90(info) || x.numel() > kLinearSingleOpMaxTokens * std::max<int64_t>(k, 1)) return false;
+  if (x.scalar_type() != at::kBFloat16 && x.scalar_type() != at::kHalf) return false;
+  if (k % 16 || n % 8 || reinterpret_cast<uintptr_t>(weight.data_ptr()) % 16) return false;
+  return weight.size(0) == 1 || (weight.stride(0) >= k && weight.stride(0) % 16 == 0);
+}
+
+at::Tensor linear_route(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                        const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& input_scale,
+                        const c10::optional<at::Tensor>& input_zero_point) {
+  checks::linear(x, weight, weight_scale, bias, input_scale, input_zero_point);
+  const int64_t n = weight.size(0), k = weight.size(1);
+  const DeviceInfo& info = device_info(x.device().index());
+  if (single_op_serves(x, weight, info)) {
+    int64_t m = 1;
+    for (int64_t d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
+    return linear_sm90_after_checks(x, weight, weight_scale, bias, input_scale, input_zero_point, padded_rows(m));
+  }
+  // The definition: quantize x's rows, then scaled_mm, shaped [..., N].
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = n;
+  at::Tensor rows = x.reshape({-1, k});
+  if (k > 1 && rows.stride(-1) != 1) rows = rows.contiguous();
+  at::Tensor out;
+  if (!input_scale.has_value()) {
+    const auto [q, scale] = quantize_per_token_route(rows);
+    out = scaled_mm_route(q, weight, scale, weight_scale, bias, x.scalar_type());
+  } else {
+    const at::Tensor q = quantize_static_route(rows, *input_scale, input_zero_point);
+    out = scaled_mm_route(q, weight, *input_scale, weight_scale, bias, x.scalar_type());
+  }
+  return out.reshape(out_shape);
+}
+
+// The kernel family a public op runs on `device` (operands the CUTLASS kernels cannot take
+// aside): "sm90", "sm80" or "triton".
+std::string default_backend(c10::string_view op, int64_t device) {
+  const DeviceInfo& info = device_info(static_cast<c10::DeviceIndex>(device));
+  if (op == "scaled_mm" || op == "linear") return is_sm90(info) ? "sm90" : runs_sm80(info) ? "sm80" : "triton";
+  if (op == "quantize_per_token") return is_sm90(info) ? "sm90" : "triton";
+  if (op == "quantize_static" || op == "rms_norm_quant" || op == "add_rms_norm_quant" || op == "silu_mul_quant") {
+    return "triton";
+  }
+  W8A8_CHECK_VALUE("default_backend", false, "unknown op '", std::string(op), "'");
+  return "";
+}
+
+int64_t padded_rows_op(int64_t m) { return padded_rows(m); }
+
+}  // namespace
+}  // namespace w8a8
+
+#ifndef W8A8_SWEEP_CONFIGS  // a sweep build (benchmarks/sweep) registers kernel ops only
+TORCH_LIBRARY_FRAGMENT(W8A8_OPS, m) {
+  m.def("default_backend(str op, int device) -> str");
+  m.def("padded_rows(int m) -> int");
+  m.def("_forget_warnings() -> ()");
+}
+
+// The public ops' schemas are defined in w8a8/ops.py, before it loads this library.
+TORCH_LIBRARY_IMPL(W8A8_OPS, CUDA, m) {
+  m.impl("scaled_mm", &w8a8::scaled_mm_route);
+  m.impl("linear", &w8a8::linear_route);
+  m.impl("quantize_per_token", &w8a8::quantize_per_token_route);
+  m.impl("quantize_static", &w8a8::quantize_static_route);
+}
+
+// No tensor arguments: a CompositeExplicitAutograd kernel also serves the empty dispatch key set.
+TORCH_LIBRARY_IMPL(W8A8_OPS, CompositeExplicitAutograd, m) {
+  m.impl("default_backend", &w8a8::default_backend);
+  m.impl("padded_rows", &w8a8::padded_rows_op);
+  m.impl("_forget_warnings", &w8a8::forget_warnings);
+}
+#endif
