@@ -1,13 +1,9 @@
 """Activation rows padded to the sm90 GEMM's tile edge.
 
-On the H100 the CUTLASS tiles run slower on a partly filled token tile than on a full
-one: the TMA loads of the rows past M (filled with zeros) cost more than reading real
-rows. 4096 x 14336 on the 64x64 tile takes 41.8 us at M = 65 and 26.8 us at M = 128;
-the 128x128 pingpong tile on 28672 x 4096 80.5 us at M = 129 and 60.1 at 256
-(``scaled_mm_steps_h100.json``). Memory-bound GEMMs cost about the same for any M up
-to 256, so the padded problem is the faster one; up to 512 the padded problem runs tiles
-that the unpadded one would run on a partial last tile (the sm90 ladder's rungs at 384
-and 512).
+The CUTLASS tiles run slower on a partly filled token tile than on a full one: the TMA
+loads of the rows past M (filled with zeros) cost more than reading real rows, while a
+memory-bound GEMM costs about the same for any M up to the tile edge: the padded
+problem is the faster one [evidence padding.rows].
 
 So the package's activation producers on a GPU (the quantizers and the fused
 norm / SiLU·mul quantizers) allocate their codes and scales with ``padded_rows(M)``
@@ -24,17 +20,10 @@ import math
 
 import torch
 
-# Token counts padded, and to what: 33..47 run the 64-token tiles faster on 48 rows than on
-# their own (6144 x 4096: 12.1-12.6 us at 33..39 against 11.6-11.8 on 48 rows; 28672 x 4096
-# 45.0-46.1 against 44.9-45.4; 4096 x 14336 22.6-23.8 against 22.1-22.3;
-# scaled_mm_continuity_h100.json); the ladder's tile at 65..96 covers 96 tokens
-# (64 per tile where N is past two waves of 64-row tiles), those at 97..128 64 or 128 per
-# tile (cluster), those at 129..192 96 or 192, those at 193..256 128 or 256, those at
-# 257..320 80 or 160 (320 in all), those at 321..384 96 or 192 (384 in all), those at 385..512
-# 256 (128-token tiles in 2x1 clusters). The 320-row rung is a sixth less wgmma work than
-# padding those rows to 384 (57344 x 8192: 220.4 against 337.6 us, H100,
-# scaled_mm_rung384_h100.json). Past 512 the GEMM is compute-bound and padding would cost
-# compute.
+# Token counts padded, and to what: the sm90 ladder's rungs (scaled_mm_sm90_configs.cuh), whose
+# tiles cover 96, 128, 192, 256, 320, 384 or 512 tokens; and 33..47 to 48, which the 64-token
+# tiles run faster than those rows alone (the cause is not understood). Past 512 the GEMM is
+# compute-bound and padding would cost compute. [evidence padding.rows]
 _PADDED = ((32, 48), (64, 96), (96, 128), (128, 192), (192, 256), (256, 320), (320, 384), (384, 512))
 
 
