@@ -7,8 +7,10 @@
 
 // (Included inside namespace w8a8::sm90.)
 
+// The one-wave 384-row tile 144 wide. [evidence sm90.rung384-one-wave]
 using Sm90Coop128x144x128_1x1 = Sm90Coop128xNx128<144, 1>;
 
+// 256x128 cooperative, 1x2 cluster: a candidate for M > 512. [evidence sm90.m512-compute-tile]
 struct Sm90Coop256x128x128_1x2 {
   using TileShape = Shape<_256, _128, _128>;
   using ClusterShape = Shape<_1, _2, _1>;
@@ -18,14 +20,20 @@ struct Sm90Coop256x128x128_1x2 {
   static constexpr bool kSwapAB = false;
 };
 
+// The 128-token pair with 256-deep stages. [evidence sm90.pair-stage-depth]
 using Sm90SwapABWarpSpecialized64x128x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<128, 256, 2>;
+// The pairs at 384 and 512 rows. [evidence sm90.paired-token-tiles]
 using Sm90SwapABWarpSpecialized64x192x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<192, 128, 2>;
 using Sm90SwapABWarpSpecialized64x256x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<256, 128, 2>;
+// The 16- to 64-token pairs on 128-deep stages, the 96-token pair on 256-deep ones.
+// [evidence sm90.pair-stage-depth]
 using Sm90SwapABWarpSpecialized64x16x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<16, 128, 8>;
 using Sm90SwapABWarpSpecialized64x32x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<32, 128, 8>;
 using Sm90SwapABWarpSpecialized64x48x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<48, 128, 4>;
 using Sm90SwapABWarpSpecialized64x64x128_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<64, 128, 4>;
 using Sm90SwapABWarpSpecialized64x96x256_1x2 = Sm90SwapABWarpSpecialized64xTxK_1x2<96, 256, 2>;
+// Two CTAs per SM (TwoPerSm): the pairs of 16..192 tokens and the 1x1 tiles of 32 / 64 with
+// the stages that fit half the shared memory. [evidence sm90.two-ctas-per-sm]
 using Sm90SwapABWarpSpecialized64x16x256_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<16, 256, 4, 2, 5>;
 using Sm90SwapABWarpSpecialized64x32x256_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<32, 256, 4, 2, 4>;
 using Sm90SwapABWarpSpecialized64x48x256_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<48, 256, 2, 2, 3>;
@@ -36,12 +44,16 @@ using Sm90SwapABWarpSpecialized64x160x128_1x2_2PerSm = Sm90SwapABWarpSpecialized
 using Sm90SwapABWarpSpecialized64x192x128_1x2_2PerSm = Sm90SwapABWarpSpecialized64xTxK<192, 128, 2, 2, 3>;
 using Sm90SwapABWarpSpecialized64x32x256_1x1_2PerSm = Sm90SwapABWarpSpecialized64xTxK<32, 256, 4, 1, 4>;
 using Sm90SwapABWarpSpecialized64x64x256_1x1_2PerSm = Sm90SwapABWarpSpecialized64xTxK<64, 256, 4, 1, 3>;
+// One consumer warpgroup, no cluster, over 128 / 192 / 256 tokens.
+// [evidence sm90.one-warpgroup-wide-tiles]
 using Sm90SwapABWarpSpecialized64x128x128_1x1 = Sm90SwapABWarpSpecialized64xTxK<128, 128, 2, 1>;
 using Sm90SwapABWarpSpecialized64x192x128_1x1 = Sm90SwapABWarpSpecialized64xTxK<192, 128, 2, 1>;
 using Sm90SwapABWarpSpecialized64x256x128_1x1 = Sm90SwapABWarpSpecialized64xTxK<256, 128, 2, 1>;
 
+// The swap-AB 128x96 tile without a cluster. [evidence sm90.cluster-multicast]
 using Sm90SwapABCoop128x96x128_1x1 = Sm90SwapABCoop128xTx128<96, 1>;
 
+// Swap-AB 64x16x256, non-persistent: a candidate for M <= 16.
 struct Sm90SwapABWarpSpecialized64x16x256_1x1 {
   using TileShape = Shape<_64, _16, _256>;
   using ClusterShape = Shape<_1, _1, _1>;
@@ -51,6 +63,8 @@ struct Sm90SwapABWarpSpecialized64x16x256_1x1 {
   static constexpr bool kSwapAB = true;
 };
 
+// Candidates for M in (64, 128] on N > 4096: 256 weight rows per tile, a 2x2 cluster, and a
+// swap-AB 128x128 tile in a 2x1 cluster. [evidence sm90.rung128-wide-tiles]
 struct Sm90Pingpong64x256x128_2x1 {
   using TileShape = Shape<_64, _256, _128>;
   using ClusterShape = Shape<_2, _1, _1>;
@@ -76,6 +90,7 @@ struct Sm90SwapABCoop128x128x128_2x1 {
   static constexpr bool kSwapAB = true;
 };
 
+// The M > 512 tile on CUTLASS's stream-K scheduler. [evidence sm90.stream-k-m193-512]
 struct Sm90CoopStreamK128x256x128_2x1 {
   using TileShape = Shape<_128, _256, _128>;
   using ClusterShape = Shape<_2, _1, _1>;
@@ -86,7 +101,12 @@ struct Sm90CoopStreamK128x256x128_2x1 {
 };
 
 // Appended to the product's W8A8_SM90_TABLE (same X / D columns; the options are the
-// product table's named SchedulerOptions).
+// product table's named SchedulerOptions). Besides the structs above: the 256x128 and 128x256
+// tiles rastered along M [evidence sm90.m512-compute-tile]; the swap-AB stream-K tiles with
+// stream-K forced, or data-parallel [evidence sm90.split-k-off-under-auto]; the GEMV's and the
+// skinny GEMM's other K splits [evidence sm90.gemv] [evidence sm90.skinny]; the 128x64 tile
+// without a cluster [evidence sm90.cluster-multicast]; the 128x256 and 128x128 tiles with
+// stream-K forced [evidence sm90.stream-k-m193-512].
 #define W8A8_SM90_SWEEP_TABLE(X, D)                                                                                \
   X(kCoop256x128RasterM, "256x128x128_1x2_coop_swz8_rasterM", Sm90Coop256x128x128_1x2, kSwizzle8RasterM)         \
   X(kCoop128x256RasterM, "128x256x128_2x1_coop_swz8_rasterM", Sm90Coop128x256x128_2x1, kSwizzle8RasterM)         \

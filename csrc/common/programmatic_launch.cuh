@@ -21,7 +21,7 @@
 //   * the decode kernels (decode/scaled_mm_gemv.cu, decode/scaled_mm_skinny.cu)
 //     wait before their first load and never allow early.
 // Kernels of other libraries (PyTorch, Triton) never allow early: after one of
-// them the next kernel here can start only as its CTAs exit.
+// them the next kernel here can start only as its CTAs exit. [evidence sm90.pdl]
 //
 // Early start needs room: a dependent's CTA becomes resident on an SM only beside blocks
 // that leave it the registers and shared memory it asks for, in the L1 / shared-memory
@@ -30,7 +30,8 @@
 // (most of the 228 KB) cannot start on them until the quantizer's blocks leave and the
 // SM drains. A kernel whose dependent takes most of the shared memory asks for the
 // largest split (prefer_max_shared_memory); the quantizers do so where the op knows a
-// CUTLASS GEMM follows (QuantizeParams::next_kernel_full_smem).
+// CUTLASS GEMM follows (QuantizeParams::next_kernel_full_smem), not before the decode
+// kernels. [evidence quant.full-smem-split]
 #pragma once
 
 #include <cuda_runtime.h>

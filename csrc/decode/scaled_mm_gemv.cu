@@ -45,9 +45,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<kTokens>) scaled_mm_ge
 
   // Programmatic dependent launch (programmatic_launch.cuh): the CTAs may be
   // resident while the quantizer before them still runs; nothing below may be
-  // read before it has finished. (An L2 prefetch of each warp's first weights
-  // before this wait was measured slower on the H100, not faster: 0.593 ms per
-  // decode-stack replay against 0.568.)
+  // read before it has finished. No L2 prefetch of the first weights before
+  // this wait: it made the decode step slower. [evidence decode.gemv-no-l2-prefetch]
   wait_for_prior_grids();
 
   if (row < args.n) {  // uniform per warp

@@ -13,7 +13,9 @@
 // of K applied alike to both operands leaves the int32 sums unchanged, and
 // the one used here makes each lane's fragment bytes contiguous in memory.
 // The k_split partial sums are added in shared memory in a fixed order
-// (exact), then one thread per output element applies the epilogue.
+// (exact), then one thread per output element applies the epilogue. K is not
+// split over the CTAs of a cluster, and past 16 tokens the CUTLASS tiles'
+// shared-memory staging serves better. [evidence decode.cluster-k-split]
 #pragma once
 
 #include <cstdint>

@@ -181,6 +181,7 @@ __device__ __forceinline__ void reduce_row(float& amax, bool& bad) {
 // values whose y lies within kTieMargin (2^-14, four times that bound) of one, and rows whose
 // reciprocal is not a normal number (exact_row), take __fdiv_rn. Bit-identical to the
 // reference either way; no clamp on the fast path (|y| < 127.5 rounds into [-127, 127]).
+// Why: about 9 instructions per value instead of a division. [evidence quant.reciprocal-product]
 constexpr float kTieMargin = 1.0f / 16384.0f;  // 2^-14
 
 // A row's scale, from its finite amax and whether it holds Inf/NaN (the reference's rules).
@@ -348,10 +349,9 @@ __global__ void __launch_bounds__(kBlockThreads)
 // it (common/programmatic_launch.cuh): its blocks start as that kernel's CTAs leave, and each
 // waits for it before any access, then lets the kernel after launch. In that order, because
 // w8a8::linear's GEMM loads weights before its own wait: once it may launch, the kernels
-// before the quantizer (which may have written the weights) have finished. H100, per-token
-// quantizer + GEMM (W8A8Linear) over the serving grid: 1.8% less time than a plain launch,
-// up to 10% on 4096 x 4096 and 6144 x 4096 at M = 32..192, 5% more on two points
-// (4096 x 4096 at M = 96, 6144 x 4096 at M = 192). Grids fit: rows < 2^31 (check_params).
+// before the quantizer (which may have written the weights) have finished. [evidence sm90.pdl]
+// The quantizer prefetches nothing for the GEMM after it: its blocks would last until the
+// prefetches land. [evidence quant.no-l2-prefetch] Grids fit: rows < 2^31 (check_params).
 
 // Per-call launch choice: vector width, then the row mapping by the row's vector count.
 // kFullSmem: the kernels that run at the largest shared-memory split.
@@ -369,9 +369,8 @@ struct Launch {
 
   // Outside the serving shapes, rows held in registers: up to 512 vectors (bf16: K <= 4096)
   // by the fewest of 32..128 threads with at most 4 vectors each (32 values, the Triton
-  // kernel's measured optimum at K = 4096); longer rows by 256 or 512 threads with up to 8
-  // vectors each (H100, M = 8192: 4 vectors over 512 threads ran K = 14336 at 56% of HBM,
-  // 8 over 256 threads at 63%); rows beyond that take two passes.
+  // kernel's optimum at K = 4096); longer rows by 256 or 512 threads with up to 8 vectors
+  // each; rows beyond that take two passes. [evidence quant.cuda-throughput-shapes]
   template <int kVec, int kThreadsPerRow, int kRowVecs>
   static void launch_per_token(const QuantizeParams& p, float* scale, cudaStream_t stream) {
     constexpr int kThreads = block_threads<kThreadsPerRow>();
@@ -394,20 +393,13 @@ struct Launch {
   }
 
   // Up to this many rows the kernel is latency-bound: a block per row, and each thread's
-  // serial work is what lasts. 384 rows, 512 on rows of up to 512 vectors (bf16: K <= 4096):
-  // H100, W8A8Linear (quantizer + GEMM) against the throughput shapes in the same build
-  // (interleaved CUDA-graph replays; a switch not kept), at 320 / 384 rows 4096 x 4096 16.8 /
-  // 16.9 us against 18.1 / 18.2, 6144 x 4096 22.7 / 22.9 against 23.4 / 24.0, K = 8192 up to
-  // 1.2% less, K = 14336 the same; at 512 rows 6144 x 4096 24.9 against 26.6 (K = 4096: never
-  // slower), on K >= 8192 0.4-1.5% slower (kept on the throughput shapes).
+  // serial work is what lasts. 384 rows, 512 on rows of up to 512 vectors (bf16: K <= 4096),
+  // where the longer rows run the throughput shapes faster. [evidence quant.cuda-serving-shapes]
   static int64_t serving_rows(int64_t vecs) { return vecs <= 256 * 2 ? 512 : 384; }
 
-  // Serving rows: one row per block, 256 or 512 threads with 2 to 8 vectors each. H100,
-  // bf16, M = 16..256, back-to-back launches in a CUDA graph (a scratch sweep of every
-  // 256 / 512 / 1024-thread shape, the row over 2-8 CTA clusters too): 256 x 2 at K = 4096
-  // (2.7-3.6 us against 3.7-4.1 for two rows of 128 x 4 per block), 512 x 2 at K = 8192
-  // (3.5-5.2 against 4.6-6.1), 512 x 4 at K = 14336 (5.0-7.7 against 6.0-8.0), 512 x 8 at
-  // K = 28672 (a 4-CTA cluster per row was faster at M <= 32 only, by up to 1.9 us).
+  // Serving rows: one row per block, 256 or 512 threads with 2 to 8 vectors each: 256 x 2 at
+  // K = 4096, 512 x 2 at 8192, 512 x 4 at 14336, 512 x 8 at 28672 (bf16); the fastest of every
+  // 256 / 512 / 1024-thread shape and of a row over a cluster. [evidence quant.cuda-serving-shapes]
   template <int kVec>
   static void per_token_serving(const QuantizeParams& p, float* scale, cudaStream_t stream) {
     const int64_t vecs = p.k / kVec;

@@ -28,8 +28,8 @@ struct QuantizeParams {
   // The caller launches a CUTLASS GEMM (nearly all of an SM's shared memory) right after
   // this kernel: the quantizer then runs at the largest shared-memory split, so that the
   // GEMM's CTAs, launched early as its programmatic dependents, can become resident beside
-  // its blocks (common/programmatic_launch.cuh). H100, W8A8Linear on 4096 x 4096 at
-  // M = 96 / 128: 10.9 / 11.2 against 12.9 / 13.1 us. Not for the decode kernels, which ran slower after it.
+  // its blocks (common/programmatic_launch.cuh). Not before the decode kernels, which run
+  // slower after it. [evidence quant.full-smem-split]
   bool next_kernel_full_smem = false;
 };
 

@@ -24,9 +24,8 @@ constexpr int kMaxSharedMemoryBytes = 101376;  // sm86 / sm89 opt-in limit per b
 // "Narrow N" / "wide N" are the ladder's two branches (select_config below).
 
 // The ladder's tile for M <= 32 (every N): 16-row tiles waste little on a few
-// tokens; 64 wide so that N = 4096 still launches 64 CTAs per 16 rows (11-14
-// us at 4096 x 4096, every SM busy). Two warps split the 128-deep K tile.
-// 5 stages x 10 KB = 50 KB.
+// tokens; 64 wide so that N = 4096 still launches 64 CTAs per 16 rows (every SM
+// busy). Two warps split the 128-deep K tile. 5 stages x 10 KB = 50 KB.
 struct Sm80Tile16x64x128_W16x64x64_S5 {
   using TileShape = cutlass::gemm::GemmShape<16, 64, 128>;
   using WarpShape = cutlass::gemm::GemmShape<16, 64, 64>;
@@ -59,10 +58,10 @@ struct Sm80Tile128x128x64_W64x64x64_S5 {
   static constexpr int kStages = 5;
 };
 
-// The ladder's tile for M > 512 once it fills four waves (8192^3: 896 TOP/s
-// against 844 for 128 x 128), and on wide N for M in (64, 128] (112 tiles at
-// N = 28672: one wave) and (320, 384]: eight 64 x 64 warps, the most MACs per
-// byte of shared memory read of the table. 4 stages x 24 KB = 96 KB.
+// The ladder's tile for M > 512 once it fills four waves, and on wide N for M in
+// (64, 128] (112 tiles at N = 28672: one wave) and (320, 384]: eight 64 x 64
+// warps, the most MACs per byte of shared memory read of the table. 4 stages x
+// 24 KB = 96 KB.
 struct Sm80Tile128x256x64_W64x64x64_S4 {
   using TileShape = cutlass::gemm::GemmShape<128, 256, 64>;
   using WarpShape = cutlass::gemm::GemmShape<64, 64, 64>;
@@ -109,10 +108,9 @@ constexpr int config_shared_bytes() {
 }
 
 // The ladder's tile for M in (256, 288] on narrow N where split_k_slices
-// splits (on the H100: 4096 x 14336, four ranges). Narrow N with a long K just
-// past a wave: three 96-row M tiles make 96 CTAs on 132 SMs, and each SM that
-// has one runs 62 us while 36 SMs idle. Four K ranges make 384 CTAs, at most
-// three per SM, all resident at once: 58 us (the data-parallel configs: 61-63).
+// splits: with a long K just past a wave (4096 x 14336 at M = 257: three 96-row
+// M tiles, 96 CTAs on 132 SMs) four K ranges make 384 CTAs, at most three per
+// SM, all resident at once. [evidence sm80.split-k]
 using Sm80Tile96x128x64_W48x64x64_S5_SplitK = SplitK<Sm80Tile96x128x64_W48x64x64_S5>;
 
 // The split-K kernel is compiled for kSplitKCtasPerSm resident CTAs (launch
@@ -133,18 +131,15 @@ constexpr int split_k_resident_ctas(const Sm80Device& device) {
 // qualifies when its CTAs
 //   * are all resident at once (tiles x slices <= SMs x resident CTAs): past
 //     one resident round, each SM that frees up takes a whole new set of CTAs
-//     and some end up running twice the others' share (96 tiles in 4 ranges
-//     at two CTAs per SM: 67 us, slower than unsplit);
+//     and some end up running twice the others' share;
 //   * fill at least kSplitKMinResidentFill of those places: bounded to 170
-//     registers, the kernel runs 1.5x slower than the unbounded data-parallel
-//     one when it is alone on an SM (31.9 against 21.0 us, 4096 x 4096 at
-//     M = 257) and catches up only with three CTAs per SM to hide latency
-//     (6144 x 4096 at M = 257, 2 ranges, 73% of the places: 36.4 us against
-//     35.6 unsplit);
+//     registers, the kernel alone on an SM is much slower than the unbounded
+//     data-parallel one, and catches up only with three CTAs per SM to hide
+//     latency;
 //   * cut the busiest SM's load, ceil(tiles x slices / SMs) / slices in
 //     unsplit tiles, to at most kSplitKMaxLoadRatio of the unsplit grid's: the
-//     partial sums and the second kernel cost 3-4 us (two ranges at 4096 x
-//     4096, M = 257: 24.7 us against 21.0 for the same load unsplit).
+//     partial sums and the second kernel cost 3-4 us.
+// [evidence sm80.split-k]
 // kSplitKMinSliceK = 2048: each range adds a slab of M x N int32 (8 bytes per
 // output written and read back) to 2 x range MACs per output; at 2048 that
 // traffic is ~10% of the GEMM's time at the mma.sync rate.
@@ -188,21 +183,19 @@ int split_k_slices(int64_t m, int64_t n, int64_t k, const Sm80Device& device) {
 enum ConfigId : int { W8A8_SM80_TABLE(W8A8_SM80_CONFIG_ID, W8A8_SM80_CONFIG_ID) kNumConfigs };
 #undef W8A8_SM80_CONFIG_ID
 
-// The ladder: the entry a call without a named config runs. Read from a sweep
-// of every config at every M = 1..512 on the H100 (forced path) on the
-// Llama-3-8B projections: each step takes the fastest config of its M range,
-// and the ranges end where a config's tile count crosses a wave of the SMs.
+// The ladder: the entry a call without a named config runs. Each M range takes
+// the fastest config of a sweep of every config at every M = 1..512 on the
+// Llama-3-8B projections, and the ranges end where a config's tile count
+// crosses a wave of the SMs. [evidence sm80.ladder]
 //   narrow N (a row of 128-wide tiles leaves SMs idle: N = 4096, 6144):
-//     M <= 32: 16x64 (11-14 us at 4096 x 4096, every SM busy on 64-wide tiles)
-//     <= 128: 32x64; <= 256: 64x128 (4 x 32 tiles = one wave at N = 4096);
-//     <= 288: 96x128 split-K where split_k_slices splits (4096 x 14336 on
-//     the H100: four ranges); <= 320: 80x128 (four M tiles); <= 384:
-//     96x128; then 128x128.
+//     M <= 32: 16x64 (every SM busy on 64-wide tiles); <= 128: 32x64;
+//     <= 256: 64x128 (4 x 32 tiles = one wave at N = 4096); <= 288: 96x128
+//     split-K where split_k_slices splits; <= 320: 80x128 (four M tiles);
+//     <= 384: 96x128; then 128x128.
 //   wide N (N / 128 >= SMs, e.g. 28672): 64x128 to M = 64, 128x256 to 128
 //     (112 tiles, one wave), 96x128 to 192, 128x128 to 256, 80x128 to 320,
 //     128x256 to 384, then 128x128.
-//   M > 512: 128x256 once it fills four waves (8192^3: 896 TOP/s against
-//     844 for 128x128), 128x128 below that.
+//   M > 512: 128x256 once it fills four waves, 128x128 below that.
 inline ConfigId select_config(int64_t m, int64_t n, int64_t k, const Sm80Device& device) {
   const int sm_count = device.sm_count;
   if (m <= 32) return kTile16x64;
@@ -231,7 +224,7 @@ inline ConfigId select_config(int64_t m, int64_t n, int64_t k, const Sm80Device&
 }
 
 // Defined in scaled_mm_sm80_kernel.cuh, instantiated once per config and
-// output type in instances/<config>.cu. k_slices is the plan's; the
+// output type in the instance file setup.py generates for it. k_slices is the plan's; the
 // data-parallel launcher ignores it (always 1 for its entries).
 template <class Config, class ElementOut>
 struct ScaledMmSm80Launcher {

@@ -1,6 +1,6 @@
-// The split-K form of the sm80 int8 scaled matmul and its launcher. Included
-// only by the split-K instantiation files instances/<config>_splitk.cu,
-// through W8A8_SM80_INSTANTIATE_SPLITK.
+// The split-K form of the sm80 int8 scaled matmul and its launcher. The header
+// of every sm80 instance file setup.py generates from W8A8_SM80_TABLE
+// (W8A8_SM80_INSTANTIATE_SPLITK for an S line, W8A8_SM80_INSTANTIATE for an X line).
 //
 // Two kernels on one stream:
 //   1. CUTLASS 2.x GemmUniversal in kGemmSplitKParallel mode: grid z = the K

@@ -1,7 +1,8 @@
 // Entry of the sm90 int8 scaled matmul (torch-free): the config table, the
 // plan (checks the params once, picks an entry and its scheduler options) and
 // the calls into the picked entry's launcher. No kernels here: the CUTLASS
-// configs are instantiated in instances/, the decode kernels in decode/.
+// configs are instantiated in the instance files setup.py generates, the decode
+// kernels in decode/.
 #include <stdexcept>
 #include <string>
 #include <type_traits>

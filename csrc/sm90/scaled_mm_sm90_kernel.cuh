@@ -1,6 +1,7 @@
 // The sm90 int8 GEMM template (CUTLASS 3.x GemmUniversal from
-// CollectiveBuilder) and its launcher. Included only by the per-config
-// instantiation files instances/<config>.cu, through W8A8_SM90_INSTANTIATE.
+// CollectiveBuilder) and its launcher. Included only by the instance files
+// setup.py generates, one per CUTLASS config of W8A8_SM90_TABLE (and of
+// W8A8_SM90_SWEEP_TABLE in the sweep build), through W8A8_SM90_INSTANTIATE.
 //
 // GEMM as CUTLASS sees it: D[Mg, Ng] = A[Mg, K] * B[Ng, K]^T, A and B int8
 // K-major, int32 accumulation, D written by TMA.

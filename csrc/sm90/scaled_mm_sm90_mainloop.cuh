@@ -1,55 +1,40 @@
-// The sm90 GEMM's mainloop: CUTLASS's TMA + wgmma warp-specialized collective
-// (what CollectiveBuilder returns), with the producer's first pipeline stages
-// filled weights first, or the first weights prefetched into L2 while the CTA
-// waits for the kernel ahead.
+// The sm90 GEMM's mainloop: CUTLASS's TMA + wgmma warp-specialized collective (what
+// CollectiveBuilder returns), with the producer's first pipeline stages filled weights first,
+// or the first weights prefetched into L2 while the CTA waits for the kernel ahead.
 //
-// Why: W8A8Linear runs its activation quantizer and then the GEMM. Launched as
-// the quantizer's programmatic dependent, the GEMM's CTAs start while the
-// quantizer runs; the weights do not depend on it (ScaledMmSm90Params::
-// weights_ready), so each CTA loads the weight tiles of its first K blocks into
-// shared memory (as many stages as WeightsFirstPolicy allots, in
-// scaled_mm_sm90_configs.cuh), then waits for the quantizer (griddepcontrol.wait),
-// then loads the activation tiles of those stages and goes on as CUTLASS's loop
-// does.
+// Weights first: W8A8Linear runs its activation quantizer and then the GEMM, launched as the
+// quantizer's programmatic dependent, so the GEMM's CTAs start while the quantizer runs. The
+// weights do not depend on it (ScaledMmSm90Params::weights_ready), so each CTA loads the weight
+// tiles of its first K blocks into shared memory (as many stages as WeightsFirstPolicy allots,
+// scaled_mm_sm90_configs.cuh), then waits for the quantizer (griddepcontrol.wait), then loads
+// the activation tiles of those stages and goes on as CUTLASS's loop does.
+// [evidence sm90.weights-first]
 //
-// Otherwise (weights_first_stages 0: a plain scaled_mm, whose weights a kernel
-// still running ahead of it may be writing) the CTA reads nothing before the
-// wait, but it asks for its first kPrefetchKTiles weight tiles in L2 (TMA
-// prefetch, cp.async.bulk.prefetch.tensor). A prefetch is a hint, not a read in
-// the memory model: the loads after the wait see what the kernel ahead wrote
-// whatever the prefetch fetched (L2 is where every SM's writes land). It turns
-// the wait (the kernel ahead draining, its epilogue) into HBM traffic, so the
-// first loads after it hit L2. H100, back-to-back CUDA-graph calls on 8 shapes
-// at M = 16..256 against no prefetch in the same run: 2 tiles 1.3% less time on
-// average (up to 4.2%, never more than 0.3% slower); 4 tiles 5.9-6.6% less at
-// M = 32 / 64 on 4096 x 4096, but up to 2% slower on the 64-row tiles with 128
-// CTAs at M = 96..192; 8 up to 11% slower, all of them up to 47% (the
-// prefetches then compete with the loads after the wait). Hence 4 on the
-// swap-AB 64x32 / 64x64 tiles (M <= 64), 2 elsewhere (the config's
-// kPrefetchKTiles, default 2; counted in the config's K blocks, so a 128-deep
-// tile that keeps those bytes names twice as many).
+// L2 prefetch: a plain scaled_mm (weights_first_stages 0), whose weights a kernel still running
+// ahead of it may be writing, reads nothing before the wait; it only asks for its first
+// kPrefetchKTiles weight tiles in L2 (TMA prefetch, cp.async.bulk.prefetch.tensor). A prefetch
+// is a hint, not a read in the memory model: the loads after the wait see what the kernel ahead
+// wrote whatever the prefetch fetched (L2 is where every SM's writes land). It turns the wait
+// into HBM traffic, so the first loads after it hit L2. [evidence sm90.prefetch]
+// Only linear's GEMM loads weights before the wait, and only those of its first stages (no
+// L2 prefetch past them). [evidence sm90.weights-first-plain-call]
+// [evidence sm90.linear-l2-prefetch]
 //
-// Only a CTA's first tile: on later tiles of a persistent CTA the stages are
-// still being consumed, and issuing every stage's weights before any stage's
-// activations would drain the pipeline at each tile edge.
+// Only a CTA's first tile: on later tiles of a persistent CTA the stages are still being
+// consumed, and issuing every stage's weights before any stage's activations would drain the
+// pipeline at each tile edge.
 //
-// Only the order of the TMA copies changes: each stage's barrier expects the
-// bytes of both operands from producer_acquire on, and completes when both
-// have landed, whichever was issued first. Everything else a CTA reads that an
-// earlier kernel may write (the activation codes and scales, the bias) is read
-// after the wait: the codes by the copies below, the epilogue's operands by the
-// consumer warps once they have consumed a stage (so after the wait); the
+// Only the order of the TMA copies changes: each stage's barrier expects the bytes of both
+// operands from producer_acquire on, and completes when both have landed, whichever was issued
+// first. Everything else a CTA reads that an earlier kernel may write (the activation codes and
+// scales, the bias) is read after the wait: the codes by the copies below, the epilogue's
+// operands by the consumer warps once they have consumed a stage (so after the wait); the
 // output is written after that too.
 //
-// Every launch of these configs but a K split on the stream-K scheduler is
-// programmatic (common/programmatic_launch.cuh): a plain scaled_mm waits before
-// any load, and once the load warp has issued every load of a tile it lets the
-// next kernel on the stream launch, whose start-up then overlaps this kernel's
-// last stages and epilogue. H100 (20-call graphs of back-to-back GEMMs): 3% less
-// time over the serving grid, up to 14% on 4096 x 4096 and 6144 x 4096; allowing
-// it at the CTA's start instead ran as fast on the whole but up to 12% slower on
-// 4096 x 14336 at M = 96, and launching programmatically without allowing early
-// gained 0.7%.
+// Every launch of these configs but a K split on the stream-K scheduler is programmatic
+// (common/programmatic_launch.cuh): once the load warp has issued every load of a tile it lets
+// the next kernel on the stream launch, whose start-up then overlaps this kernel's last stages
+// and epilogue. [evidence sm90.pdl]
 #pragma once
 
 #include <cute/algorithm/prefetch.hpp>
@@ -76,9 +61,8 @@ struct WeightsFirstMainloop : Base {
 
   // weights_first_stages > 0: the kernel before is w8a8::linear's quantizer
   // (ScaledMmSm90Params::weights_ready), and the stages whose weights load before the wait
-  // (WeightsFirstPolicy). Otherwise CUTLASS's order: there, every stage's weights ahead of the
-  // first stage's activations delayed the first MMA and cost 5-10% at M = 32..256 on
-  // 4096 x 4096 and 6144 x 4096 (H100, scaled_mm_serving).
+  // (WeightsFirstPolicy). Otherwise CUTLASS's order (every stage's weights ahead of the first
+  // stage's activations would delay the first MMA). [evidence sm90.weights-first-plain-call]
   struct Arguments : Base::Arguments {
     int weights_first_stages = 0;
   };

@@ -46,9 +46,8 @@ from w8a8 import ops
 from w8a8.linear import QuantizedActivation, W8A8Linear, _frozen
 
 # Above this many tokens a merged group runs one GEMM per member (on row slices of the merged
-# weight, sharing the codes): on the H100 the merged GEMMs were faster up to 2048 tokens
-# (Llama-3-8B widths, 4 layers: 0.938 against 0.965 ms at 1 token, 7.17 against 7.29 ms at
-# 2048) and slower at 8192 (32.4 against 31.1 ms).
+# weight, sharing the codes): the merged GEMM pays while the GEMMs are short, the separate ones
+# are faster at thousands of tokens. [evidence fusion.merge-max-tokens]
 MERGE_MAX_TOKENS = 4096
 
 # --- the per-call state a group shares between its members ---------------------------------

@@ -60,9 +60,8 @@ from torch import nn
 # (masked past the current position), so a larger round costs attention time.
 CACHE_ROUND = 256
 # prefill_graphs captures a prompt's forward only up to this many tokens (batch x prompt): past it
-# the eager forward is bound by the GPU, not by Python, and the graph only holds memory (H100,
-# Llama-3-8B widths, 32 layers: 2048 tokens 40 ms replayed against 56 ms eager; 8192 tokens
-# 135 against 123 ms; 32768 tokens 645 against 506 ms).
+# the eager forward is bound by the GPU, not by Python, and the graph only holds memory.
+# [evidence generation.prefill-graph-max-tokens]
 PREFILL_GRAPH_MAX_TOKENS = 4096
 # With eos_token_id: every this many new tokens, one host synchronisation checks whether all rows finished.
 STOP_CHECK = 16

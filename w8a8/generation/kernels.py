@@ -49,9 +49,8 @@ _LOG2E = 1.4426950408889634
 
 # decode_attention's launch: keys per tile of its loop, and the programs it aims for (slices
 # are cut so that batch x KV heads x slices reaches about PROGRAMS_PER_SM per SM, every SM
-# streaming keys). Chosen on the H100 from `python benchmarks/bench_decode_attention.py`
-# (decode_attention_h100.json): fastest or within a few percent where the cache is large
-# (batch 16-64, 2112-8000 keys), where the read dominates the step.
+# streaming keys). Fastest or near it where the cache is large, where the read dominates the
+# step. [evidence generation.decode-attention]
 DECODE_BLOCK_N = 64
 PROGRAMS_PER_SM = 2
 DECODE_WARPS = 4

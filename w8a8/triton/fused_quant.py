@@ -12,8 +12,8 @@ below; their tests are ``tests/test_fused_quant.py``. The math is ``w8a8.referen
     p      = dt(dt(silu(gate)) * up),    silu(g) = div_rn(g, 1 + exp(-g))
     codes, scales = quantize_per_token(normed or p)        (quant.py's helpers)
 
-Plan: ``quant_configs.fused_config(K, rows)``'s launch shapes (measured for these kernels; the
-shapes and figures are there; SiLU-mul has its own, ``op="silu_mul"``).
+Plan: ``quant_configs.fused_config(K, rows)``'s launch shapes (SiLU-mul has its own,
+``op="silu_mul"``) [evidence quant.fused-config].
 
 * RMSNorm: per-row programs; rows up to 8192 columns (16384 with up to 1024 rows) stay in
   registers, short rows packed several per program; longer rows stream in 2048-wide tiles in
@@ -24,11 +24,10 @@ shapes and figures are there; SiLU-mul has its own, ``op="silu_mul"``).
   registers as chunks of a power of two (F = 14336: 7 x 2048, no masked columns), p kept as
   DT (bf16 / fp16: two values an int32) between its stats and its codes: SiLU is computed
   once per element at every M.
-  Longer rows stream twice (stats, then codes, recomputing p). Per element, against the
-  kernel it replaced (sm_90 SASS, bf16, F = 14336: 43.5 instructions against 74-78): exp's
-  2**n is an exponent-field add (no F2I, no two multiplications), the stats are an integer
-  max of |x|'s bits, the codes come from the row's reciprocal and two FMA corrections
-  instead of an IEEE division, roundings to DT are cvt.rn on the GPU, no second pass.
+  Longer rows stream twice (stats, then codes, recomputing p). Per element: exp's 2**n is an
+  exponent-field add (no F2I, no two multiplications), the stats are an integer max of |x|'s
+  bits, the codes come from the row's reciprocal and two FMA corrections instead of an IEEE
+  division, roundings to DT are cvt.rn on the GPU, no second pass.
 
 Exactness:
 
@@ -51,9 +50,9 @@ Exactness:
   error does not grow with |v| as exp2(v / ln 2) would (GPU: ex2.approx on [-1/2, 1/2]).
   a = dt(silu(g)) then differs from the reference by one ulp of dt in rare elements for
   fp16 / bf16, p = dt(a * up) by up to two (as normed above); a few ulp for fp32.
-  p is bit for bit what the kernel before the SiLU-mul rewrite gave (the same reduction,
-  FMA contraction included, and 1 + exp(-g) identical: tests compare every bf16 and fp16
-  gate value, and the sm_90 instructions of the reduction).
+  p is bit for bit what the same reduction gives with 2**n as two multiplications (FMA
+  contraction included, and 1 + exp(-g) identical: tests compare every bf16 and fp16 gate
+  value, and the sm_90 instructions of the reduction).
 * Triton's default FMA contraction (seen in the sm_90 PTX) fuses only the sum of squares
   and exp's reduction, never an operation whose rounding the reference states (the FMAs
   of ``_codes`` are explicit ``tl.fma``: one rounding in the interpreter too).

@@ -29,18 +29,15 @@ class PerTokenConfig:
     num_warps: int
 
 
-# Measured on the H100 (python benchmarks/bench_quant.py --sweep, M = 8192, bf16 in):
-# K = 4096 single pass, 4 warps (32 values per thread): 42.0 us, 78.5% of HBM (8 warps: 75%,
-# 16: 64%). K = 14336: single pass over a 16384-wide tile tops out at 55% (16 warps);
-# the two-pass loop over 2048-wide tiles with 8 warps reaches 64.6% (4096 wide: 61%).
-# So rows up to 8192 columns stay in registers, longer rows stream. With the kernels as
-# they are now the picks run at 85.0% and 77.8% of the measured HBM rate.
+# Rows up to 8192 columns stay in registers (one read of x), longer rows stream twice in
+# 2048-wide tiles over 8 warps: past 8192 a one-tile row runs too few warps per element and
+# the two-pass loop (its second read from L2) is faster. [evidence quant.per-token-config]
 PER_TOKEN_MAX_SINGLE_PASS_K = 8192
-# Tile width and warps of the two-pass loop (measured best at K = 14336, above).
+# Tile width and warps of the two-pass loop.
 PER_TOKEN_STREAM_BLOCK_K = 2048
 PER_TOKEN_STREAM_WARPS = 8
 # Elements per program aimed at for short rows (several rows per program), and
-# values per thread aimed at: 32 (the K = 4096 optimum above).
+# values per thread aimed at: 32 (the optimum at K = 4096).
 _TILE_ELEMS = 2048
 _VALUES_PER_THREAD = 32
 
@@ -51,7 +48,7 @@ def warps_for(tile_elems: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def per_token_config(k: int) -> PerTokenConfig:
-    """The per-token launch config for rows of ``k`` elements (measured thresholds above).
+    """The per-token launch config for rows of ``k`` elements (the thresholds above).
 
     * k <= 8192: one tile holds the row (block_k = next power of two >= k, at least 16);
       short rows are packed several per program so a program handles ~2048 elements.
@@ -66,35 +63,19 @@ def per_token_config(k: int) -> PerTokenConfig:
 
 
 # The fused producer kernels (fused_quant.py) compute more per element than the quantizer
-# (the norm or SiLU, two roundings, IEEE divisions), so their shapes are their own. Measured
-# on the H100 (python benchmarks/bench_fused_quant.py, bf16, K = 4096 with the residual add,
-# F = 14336 from the halves of a [M, 28672] GEMM output; every shape there, CUDA-graph medians):
-# * K <= 8192 stays in registers (one row per program); 16 warps up to FUSED_FEW_ROWS rows
-#   (3.5-4.1 us at M = 1..128; 4 warps: 4.8 at M = 1), 8 above (8.2 us at M = 512, 31.0 at
-#   2048, 106.3 at 8192: within 1% of the best shape there).
-# * (RMSNorm) K = 14336 up to FUSED_SINGLE_PASS_ROWS rows: the row in registers over 32 warps;
-#   above, the quantizer's two-pass loop. (These were SiLU-mul's figures at F = 14336 with
-#   its earlier kernel: 9.5-9.7 us at M = 1..128 against 10.4-10.9 with 16 warps; 35.6 at 512
-#   against 37.1 for the two-pass loop; 134.0 us at 2048, 505.0 at 8192.)
-#
-# SiLU-mul (op="silu_mul") has shapes of its own since its kernel keeps p of the whole row in
-# registers (as DT) up to FUSED_SILU_MAX_SINGLE_PASS_K columns at every M (no second pass
-# recomputing SiLU), and takes tiles of any multiple of a power of two: the row is held as
-# BLOCK_K / CHUNK tensors of CHUNK columns (CHUNK the largest power of two dividing BLOCK_K),
-# so BLOCK_K is F rounded up to FUSED_SILU_GRANULE (2048, or a smaller power of two down to
-# FUSED_SILU_MIN_GRANULE where that would mask more than FUSED_SILU_MAX_WASTE of the tile)
-# instead of the next power of two: F = 14336 is 7 chunks of 2048 (the 16384-wide tile
-# computed 14% more elements than the row holds), 11008 is 11 of 1024 (16384: 49% more, 11264:
-# 2%). Its programs loop over
-# rows, FUSED_SILU_PROGRAMS_PER_SM per SM, loading the next row during this one.
-# Per element of a row (ptxas of Triton 3.9, bf16, F = 14336): 43.5 instructions at 16 warps
-# (111 registers: one program an SM), 48.9 at 32 warps, 41.4 at 8 warps but 204 registers (too
-# few warps to hide the IEEE division's dependent chain); the kernel it replaced ran 77.9 (32
-# warps, 16384 wide) and 73.9 (its two-pass loop). Measured on the H100 (F = 14336, inputs
-# rotated past L2, against that kernel at its own pick): 4.7 us at M = 1 (old 9.4), 8.2 at
-# 128 (10.4), 19.0 at 512 (36.6; 64% of the HBM time), 61.1 at 2048 (132.8; 80%), 225.7 at
-# 8192 (504.4; 87%); 1.1-2.4x the old kernel at F = 4096..11008. 32 warps is 1-6% faster at
-# M = 64..1024 and slower above; 16 warps at every M, one program an SM.
+# (the norm or SiLU, two roundings, IEEE divisions), so their shapes are their own:
+# * RMSNorm: K <= 8192 stays in registers (one row per program), 16 warps up to
+#   FUSED_FEW_ROWS rows, 8 above; K up to FUSED_MAX_SINGLE_PASS_K up to FUSED_SINGLE_PASS_ROWS
+#   rows in registers over 32 warps; otherwise the quantizer's two-pass loop.
+# * SiLU-mul (op="silu_mul") keeps p of the whole row in registers (as DT) up to
+#   FUSED_SILU_MAX_SINGLE_PASS_K columns at every M, so SiLU is computed once per element. Its
+#   tiles take any multiple of a power of two: the row is held as BLOCK_K / CHUNK tensors of
+#   CHUNK columns (CHUNK the largest power of two dividing BLOCK_K), so BLOCK_K is F rounded up
+#   to FUSED_SILU_GRANULE (2048, or a smaller power of two down to FUSED_SILU_MIN_GRANULE where
+#   that would mask more than FUSED_SILU_MAX_WASTE of the tile) instead of the next power of
+#   two: F = 14336 is 7 chunks of 2048, 11008 is 11 of 1024. Its programs loop over rows,
+#   FUSED_SILU_PROGRAMS_PER_SM per SM, loading the next row during this one; 16 warps at every M.
+# [evidence quant.fused-config]
 FUSED_FEW_ROWS = 264  # two programs per SM of an H100 (132 SMs)
 FUSED_SINGLE_PASS_ROWS = 1024
 FUSED_MAX_SINGLE_PASS_K = 16384
@@ -122,7 +103,7 @@ def silu_tile_width(k: int, granule: int = FUSED_SILU_GRANULE) -> int:
 @functools.lru_cache(maxsize=None)
 def fused_config(k: int, rows: int, op: str = "rms_norm") -> PerTokenConfig:
     """The launch config of the fused kernels (op: "rms_norm" or "silu_mul") for ``rows`` rows of
-    ``k`` elements (measured above); rows shorter than 2048 are packed as the quantizer packs
+    ``k`` elements (the shapes above); rows shorter than 2048 are packed as the quantizer packs
     them (``per_token_config``)."""
     assert op in ("rms_norm", "silu_mul"), op
     if k < 2048:

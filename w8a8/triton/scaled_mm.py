@@ -71,50 +71,46 @@ class ScaledMMConfig:
         return self.num_stages * (self.block_m + self.block_n) * self.block_k
 
 
-# NONE OF THESE ROWS HAS BEEN MEASURED YET (written without a GPU): they are
-# starting points from the usual H100 int8 shapes, to be checked with the benchmarks.
-# H100: 132 SMs, 227 KiB of shared memory per block; every row stays <= 144 KiB.
-# Compiled offline for sm_90 with Triton 3.6, no row spills registers (48 to 200 per
-# thread); the smem figures below are what Triton allocated.
+# Starting points from the usual H100 int8 shapes, not set by a sweep: each row's `why` states
+# its rule. [evidence triton.scaled-mm-configs] H100: 132 SMs, 227 KiB of shared memory per
+# block; every row stays <= 144 KiB. Compiled offline for sm_90 with Triton 3.6, no row spills
+# registers (48 to 200 per thread); the smem figures below are what Triton allocated.
 SCALED_MM_CONFIGS: tuple[ScaledMMConfig, ...] = (
     ScaledMMConfig(
         name="decode", max_m=16, block_m=16, block_n=64, block_k=256, group_m=1,
         num_warps=4, num_stages=5, min_block_n=32,
-        why="M <= 16 (decode): bound by reading b once; one 16-row tile covers M and a long "
-        "K step (256) keeps many bytes of b in flight per SM. BLOCK_M 16 runs on mma.sync "
-        "(wgmma needs 64 rows) and computes no padding rows. 80 KiB smem.",
+        why="M <= 16: bound by reading b once; one 16-row tile covers M (mma.sync, no padding "
+        "rows) and a 256-deep K step keeps many bytes of b in flight per SM. 80 KiB smem.",
     ),
     ScaledMMConfig(
         name="small", max_m=64, block_m=64, block_n=64, block_k=256, group_m=1,
         num_warps=4, num_stages=4, min_block_n=32,
-        why="16 < M <= 64: still bound by reading b; one 64-row wgmma tile covers M, narrow "
-        "N tiles give N / 64 CTAs (N / 32 when that is short of the SM count). 128 KiB smem.",
+        why="16 < M <= 64: bound by reading b; one 64-row wgmma tile covers M, narrow N tiles "
+        "give N / 64 CTAs (N / 32 when that is short of the SM count). 128 KiB smem.",
     ),
     ScaledMMConfig(
         name="medium", max_m=128, block_m=64, block_n=128, block_k=128, group_m=1,
         num_warps=4, num_stages=5, min_block_n=64,
-        why="64 < M <= 128: two 64-row M tiles; at N = 4096 every tile is resident in one "
-        "wave, so each b tile comes from HBM once and from L2 for the other M tile. "
-        "120 KiB smem.",
+        why="64 < M <= 128: two 64-row M tiles, one wave at N = 4096, so each b tile comes "
+        "from HBM once and from L2 for the other M tile. 120 KiB smem.",
     ),
     ScaledMMConfig(
         name="large", max_m=256, block_m=128, block_n=128, block_k=128, group_m=8,
         num_warps=8, num_stages=4, min_block_n=64,
-        why="128 < M <= 256: compute starts to matter; 128x128 over 8 warps (two wgmma "
-        "warpgroups, 64 accumulator registers per thread). 128 KiB smem.",
+        why="128 < M <= 256: compute starts to matter; 128x128 over two wgmma warpgroups "
+        "(64 accumulator registers per thread). 128 KiB smem.",
     ),
     ScaledMMConfig(
         name="xlarge", max_m=1024, block_m=128, block_n=128, block_k=128, group_m=8,
         num_warps=8, num_stages=4, min_block_n=128,
-        why="256 < M <= 1024: compute bound; 128x128 still gives >= 1 tile per SM at "
-        "N = 4096, M = 512, where 128x256 tiles would leave half the SMs idle. 128 KiB smem.",
+        why="256 < M <= 1024: compute-bound; 128x128 keeps >= 1 tile per SM at N = 4096, "
+        "M = 512, where 128x256 would leave half the SMs idle. 128 KiB smem.",
     ),
     ScaledMMConfig(
         name="prefill", max_m=1 << 62, block_m=128, block_n=256, block_k=128, group_m=8,
         num_warps=8, num_stages=3, min_block_n=256,
-        why="M > 1024: compute bound with many tiles; 128x256 loads a quarter less operand "
-        "data per MAC than 128x128 (128 accumulator registers per thread over 8 warps, "
-        "200 registers, no spills); 3 stages = 144 KiB smem.",
+        why="M > 1024: compute-bound with many tiles; 128x256 loads a quarter less operand data "
+        "per MAC than 128x128 (200 registers, no spills). 3 stages = 144 KiB smem.",
     ),
 )
 

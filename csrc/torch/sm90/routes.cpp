@@ -149,7 +149,8 @@ std::tuple<at::Tensor, at::Tensor> quantize_per_token_route(const at::Tensor& x)
   return triton_quantize_per_token().call(x);
 }
 
-// Static quantization runs Triton's kernel on every GPU. [evidence quant.static-triton]
+// Static quantization runs Triton's kernel on every GPU (the CUDA static quantizer runs inside the
+// single op).
 at::Tensor quantize_static_route(const at::Tensor& x, const at::Tensor& scale,
                                  const c10::optional<at::Tensor>& zero_point) {
   return triton_quantize_static().call(x, scale, zero_point);
@@ -193,7 +194,8 @@ at::Tensor linear_route(const at::Tensor& x, const at::Tensor& weight, const at:
 }
 
 // The kernel family a public op runs on `device` (operands the CUTLASS kernels cannot take
-// aside): "sm90", "sm80" or "triton".
+// aside): "sm90", "sm80" or "triton". The CUDA per-token quantizer where it is built (sm_90),
+// Triton's elsewhere. [evidence quant.cuda-default]
 std::string default_backend(c10::string_view op, int64_t device) {
   const DeviceInfo& info = device_info(static_cast<c10::DeviceIndex>(device));
   if (op == "scaled_mm" || op == "linear") return is_sm90(info) ? "sm90" : runs_sm80(info) ? "sm80" : "triton";
