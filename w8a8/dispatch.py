@@ -279,9 +279,12 @@ def linear_kernel(x, weight, backend: str):
     """The implementation of ``w8a8::linear`` with the GEMM kernel ``backend`` named: on sm90 the
     single C++ op (the CUDA quantizer and the sm90 GEMM, codes row-padded); otherwise quantize then
     scaled_mm on the named GEMM (the Triton and reference GEMMs take the quantizer of the same
-    name, sm80 the device's default one)."""
-    if backend == "sm90":
-        named_kernel("scaled_mm", x, "sm90")
+    name, sm90 under torch.compile and sm80 the device's default one)."""
+    # (Traced only when a kernel is named: the public op is opaque. Under torch.compile the
+    # named sm90 path is traced as its composition, whose ops take any token count.)
+    if backend == "sm90" and not torch.compiler.is_compiling():
+        # Where the kernel runs: the weight's device (the op refuses an x elsewhere, with its words).
+        named_kernel("scaled_mm", weight if isinstance(weight, torch.Tensor) else x, "sm90")
         m = math.prod(x.shape[:-1]) if isinstance(x, torch.Tensor) else 0
         return functools.partial(torch.ops.w8a8.linear_sm90.default, rows=padding.padded_rows(m))
     quant = backend if backend in ("triton", "reference") else None

@@ -206,6 +206,14 @@ for _name in ("scaled_mm", "linear"):
 # --- public wrappers -----------------------------------------------------------------------
 
 
+def _triton_eager(t) -> bool:
+    """Whether a fused producer's wrapper may call its Triton kernel (the op's only GPU kernel)
+    without the dispatcher: a plain CUDA tensor outside autograd and tracing. The op's CUDA
+    implementation is that same function; the round trip through the dispatcher into Python
+    costs more host time than the launch (compile and export see the op)."""
+    return type(t) is torch.Tensor and t.is_cuda and not t.requires_grad and not torch.compiler.is_compiling()
+
+
 def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-token (per-row) int8 quantization: ``w8a8::quantize_per_token``.
 
@@ -366,9 +374,13 @@ def rms_norm_quant(
     """
     if residual is None:
         if backend is None:
+            if _triton_eager(x):
+                return _triton_rms_norm_quant(x, weight, eps)
             return torch.ops.w8a8.rms_norm_quant.default(x, weight, eps)
         return dispatch.named_kernel("rms_norm_quant", x, backend)(x, weight, eps)
     if backend is None:
+        if _triton_eager(x):
+            return _triton_add_rms_norm_quant(x, residual, weight, eps)
         return torch.ops.w8a8.add_rms_norm_quant.default(x, residual, weight, eps)
     return dispatch.named_kernel("add_rms_norm_quant", x, backend)(x, residual, weight, eps)
 
@@ -396,5 +408,7 @@ def silu_mul_quant(
     scales : Tensor [..., 1], float32.
     """
     if backend is None:
+        if _triton_eager(gate):
+            return _triton_silu_mul_quant(gate, up)
         return torch.ops.w8a8.silu_mul_quant.default(gate, up)
     return dispatch.named_kernel("silu_mul_quant", gate, backend)(gate, up)

@@ -59,8 +59,8 @@ class launching:
 
 def _arg_key(a):
     if isinstance(a, torch.Tensor):
-        return a.dtype, a.data_ptr() % 16 == 0
-    if isinstance(a, float):
+        return a.dtype, not a.data_ptr() & 15
+    if type(a) is float:
         return float  # specialized on its type only
     return a  # ints, bools, None: their value
 
@@ -88,7 +88,12 @@ def launch(t: torch.Tensor, kernel, grid: tuple, *args, **kwargs) -> None:
 def _fast_path_usable() -> bool:
     """No launch hooks (a profiler's): they need Triton's own path, which computes their metadata."""
     runtime = _runtime_knobs()
-    return runtime is not None and runtime.launch_enter_hook is None and runtime.launch_exit_hook is None
+    return runtime is not None and _no_hook(runtime.launch_enter_hook) and _no_hook(runtime.launch_exit_hook)
+
+
+def _no_hook(hook) -> bool:
+    """None, or an empty chain of hooks (Triton 3.5+ keeps a ``HookChain`` whose ``calls`` list the hooks)."""
+    return hook is None or getattr(hook, "calls", None) == []
 
 
 _KNOBS: list = []
