@@ -1,7 +1,8 @@
-"""Write docs/API.md from the docstrings: every name of ``w8a8.__all__`` and ``w8a8.parallel.__all__``.
+"""Write docs/API.md from the docstrings: every name of the ``__all__`` of ``w8a8`` and of the modules
+a user reaches through it (``MODULES``).
 
     python docs/gen_api.py            # rewrite docs/API.md
-    python docs/gen_api.py --check    # exit 1 if docs/API.md is out of date (tests/test_examples.py does this)
+    python docs/gen_api.py --check    # exit 1 if docs/API.md is out of date (tests/repository/test_examples.py)
 
 Per name: its signature and the first paragraph of its docstring; for a class, its own
 public methods the same way. The docstrings are the reference; this page is their index.
@@ -15,7 +16,8 @@ import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "API.md"
-MODULES = ("w8a8", "w8a8.parallel")
+MODULES = ("w8a8", "w8a8.ops", "w8a8.calibrate", "w8a8.fusion", "w8a8.linear", "w8a8.quantize_model", "w8a8.dispatch",
+           "w8a8.parallel")
 WIDTH = 96
 
 
@@ -113,11 +115,19 @@ def render() -> str:
              "Generated from the docstrings by `python docs/gen_api.py` (a test checks it is current);",
              "the docstrings hold the full parameter lists, shapes and errors. How the pieces fit:",
              "[GUIDE.md](GUIDE.md).", ""]
+    shown: dict[int, str] = {}  # an object the top level re-exports is described once, where it is first listed
     for modname in MODULES:
         module = importlib.import_module(modname)
         lines += [f"## `{modname}`", "", first_paragraph(module), ""]
         for name in sorted(module.__all__, key=str.lower):
-            lines += entry(modname, name, getattr(module, name))
+            obj = getattr(module, name)
+            if inspect.ismodule(obj) or name.startswith("__"):  # its own section, or the version
+                continue
+            if id(obj) in shown:
+                lines += [f"- `{modname}.{name}`: see `{shown[id(obj)]}`.", ""]
+                continue
+            shown[id(obj)] = f"{modname}.{name}"
+            lines += entry(modname, name, obj)
     return "\n".join(lines).rstrip() + "\n"
 
 

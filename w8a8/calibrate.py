@@ -18,6 +18,8 @@ from torch import nn
 
 from w8a8 import reference
 
+__all__ = ["calibrate", "llama_mappings", "smooth"]
+
 from w8a8.quantize_model import _matches
 
 

@@ -42,6 +42,8 @@ import torch
 
 from w8a8 import padding, reference, validate
 
+__all__ = ["BACKENDS", "choose", "config_names", "archs", "report", "unavailable_reason"]
+
 # The kernels of each op (names for ``backend=``). Which one runs by default on a GPU is the
 # C++ router's rule (``default``); on the CPU the reference.
 BACKENDS = {

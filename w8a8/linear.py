@@ -9,6 +9,8 @@ from torch import nn
 
 from w8a8 import dispatch, ops, reference
 
+__all__ = ["QuantizedActivation", "W8A8Linear"]
+
 ACT_QUANT_MODES = ("dynamic", "static")
 
 

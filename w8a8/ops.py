@@ -31,6 +31,8 @@ import torch
 
 from w8a8 import dispatch, validate
 
+__all__ = ["linear", "quantize_per_token", "quantize_static", "rms_norm_quant", "scaled_mm", "silu_mul_quant"]
+
 _lib = torch.library.Library("w8a8", "FRAGMENT")
 
 _QUANTIZE_PER_TOKEN = "(Tensor x) -> (Tensor, Tensor)"

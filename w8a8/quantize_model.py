@@ -13,6 +13,8 @@ from torch import nn
 from w8a8.config import DEFAULTS, FIELDS, W8A8Config
 from w8a8.linear import W8A8Linear
 
+__all__ = ["QuantizationReport", "quantize_model"]
+
 
 @dataclasses.dataclass
 class QuantizationReport:

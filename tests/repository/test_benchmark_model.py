@@ -91,8 +91,8 @@ def test_bound_excludes_the_gemms_both_models_run_in_bf16():
     import torch
 
     # bf16: 800 us of GEMMs of which 100 are lm_head (still bf16 in the W8A8 run): G_proj = 700.
-    bf16 = {"us": 1000.0, "gpu_us": 1000.0, "gemm_bf16_us": 800.0, "gemm_w8a8_us": 0.0}
-    w8a8 = {"us": 700.0, "gpu_us": 700.0, "gemm_bf16_us": 100.0, "gemm_w8a8_us": 350.0}
+    bf16 = {"us": 1000.0, "gpu_us": 1000.0, "wall_us": 3000.0, "gemm_bf16_us": 800.0, "gemm_w8a8_us": 0.0}
+    w8a8 = {"us": 700.0, "gpu_us": 700.0, "wall_us": 2000.0, "gemm_bf16_us": 100.0, "gemm_w8a8_us": 350.0}
     logits = torch.ones(4, 8)
     out = model.compare(bf16, w8a8, logits * 1.01, logits)
     # bound_time = 1000 - 700 / 2 = 650; bound x = 1000 / 650; reached 1000 / 700.
@@ -100,6 +100,7 @@ def test_bound_excludes_the_gemms_both_models_run_in_bf16():
     assert out["bound_x"] == pytest.approx(1000 / 650, abs=1e-3) and out["x_bf16"] == pytest.approx(1000 / 700, abs=1e-3)
     assert out["pct_of_bound"] == pytest.approx(100 * 650 / 700, abs=0.1)
     assert out["logits_rel_err"] == pytest.approx(0.01, abs=1e-4) and out["bound_note"] is None
+    assert out["x_bf16_wall"] == 1.5
     # No w8a8 GEMM recognised: the subtraction would be wrong, so no bound.
     out = model.compare(bf16, {**w8a8, "gemm_w8a8_us": 0.0}, logits, logits)
     assert out["bound_x"] is None and "no w8a8 GEMM kernel matched" in out["bound_note"]
