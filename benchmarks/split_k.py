@@ -8,8 +8,9 @@ Rows (int8 activations in, bf16 out, per-token x per-channel scales):
   * ``sm90 stream-K``              - ``scheduler="stream_k"``;
   * ``sm90 split_k=S``             - S in SPLITS (where K has S tiles);
   * with ``sweep``: ``sm90 <config> split_k=S`` and stream-K for the two swap-AB tiles.
-Each row carries ``x_dp`` (speed-up over the data-parallel row). ``split_k``, ``scheduler``
-and ``config`` are arguments of the kernel op ``w8a8::scaled_mm_sm90`` only.
+Each row carries ``x_dp`` (speed-up over the data-parallel row). ``split_k`` and ``scheduler``
+are those of ``w8a8.ops.scaled_mm(..., backend="sm90")``; ``config`` (sweeps) that of the kernel
+op ``w8a8::scaled_mm_sm90``.
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ import torch
 from w8a8 import dispatch
 from benchmarks import harness, scaled_mm
 
-# Decode and small-batch shapes of the Llama-3 8B/70B down and square projections.
-SHAPES = [(4096, 14336), (8192, 28672), (8192, 8192), (4096, 4096)]
+# Decode and small-batch shapes of the Llama-3 8B/70B down and square projections, and two with few
+# output tiles over a long K (a tensor-parallel shard, a narrow head), where a data-parallel grid
+# leaves most SMs idle.
+SHAPES = [(4096, 14336), (8192, 28672), (8192, 8192), (4096, 4096), (1024, 14336), (2048, 28672)]
 M_VALUES = [1, 16, 32, 64, 128]
 SPLITS = (2, 4, 8)
 SWEEP_SPLITS = (2, 3, 4, 6, 8)
