@@ -23,7 +23,7 @@ def test_info_reports_kernels_and_why_not():
 def test_demo_prints_error_and_times():
     res = _run("demo", "--device", "cpu", "--repeats", "2")
     assert res.returncode == 0, res.stderr
-    err = float(re.search(r"relative L2 ([0-9.]+)", res.stdout).group(1))
+    err = float(re.search(r"relative L2 error ([0-9.]+)", res.stdout).group(1))
     assert 0 < err < 0.1
     assert re.search(r"float [0-9.]+ ms, w8a8 [0-9.]+ ms", res.stdout)
 

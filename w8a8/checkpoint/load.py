@@ -43,6 +43,14 @@ def local_folder(path, fn: str = _FN) -> str:
             f"{fn}: {path!r} is not a local folder; Hugging Face Hub ids are not downloaded (w8a8 never uses "
             f"the network): download it first (huggingface-cli download {path} --local-dir DIR) and pass DIR"
         )
+    from w8a8.checkpoint.save import stale_siblings
+
+    left = stale_siblings(path)["old"]
+    if left:
+        raise CheckpointError(
+            f"{fn}: {path} does not exist; a save killed while swapping folders left the previous checkpoint at "
+            f"{left[-1]}: rename it to {path} (the next save_quantized to {path} does it)"
+        )
     raise CheckpointError(f"{fn}: {path} does not exist")
 
 
