@@ -100,6 +100,26 @@ class W8A8Config:
         """A copy with ``changes`` applied (and checked again)."""
         return dataclasses.replace(self, **changes)
 
+    @property
+    def quant_method(self) -> str:
+        """``"w8a8"``: the transformers quantization method of this config. transformers asks for it
+        first in ``from_pretrained(..., quantization_config=config)``; answering registers the method
+        with transformers (``w8a8.checkpoint.hf_quantizer``, imported only then)."""
+        from w8a8.checkpoint.hf_quantizer import METHOD, register
+
+        register()
+        return METHOD
+
+    def to_dict(self) -> dict:
+        """The JSON fields (``quant_method`` and every field but ``filter_fn`` and ``calibration``,
+        which are code and data), as transformers prints and serialises a quantization config."""
+        out = {"quant_method": "w8a8"}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name not in ("filter_fn", "calibration"):
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
 
 FIELDS = tuple(f.name for f in dataclasses.fields(W8A8Config))
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(W8A8Config)}

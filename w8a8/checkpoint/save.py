@@ -109,6 +109,17 @@ def _copy_side_files(src: str, dst: str) -> None:
             shutil.copy2(path, os.path.join(dst, name))
 
 
+def checkpoint_config(model: nn.Module) -> dict:
+    """The ``quantization_config`` entry of ``model``'s checkpoint: its W8A8Linear layers grouped by
+    scheme, the float Linears by exact name in ``ignore`` (read the same way by every tool)."""
+    groups: dict[LayerScheme, list[str]] = {}
+    for name, layer in model.named_modules():
+        if isinstance(layer, W8A8Linear):
+            scheme = LayerScheme("channel", layer.act_quant, layer.input_zero_point is not None)
+            groups.setdefault(scheme, []).append(name)
+    return build_config(groups, [n for n, m in model.named_modules() if isinstance(m, nn.Linear)])
+
+
 def _base_config(model: nn.Module, out_dir: str, source: str | None) -> dict:
     """The config the checkpoint's ``quantization_config`` is merged into, read (and checked) before anything is written.
 
@@ -289,13 +300,8 @@ def save_quantized(
     _refuse_shards(layers)
     _refuse_nested(model)
     sdtype = scale_dtype or model_dtype(model)
-    groups: dict[LayerScheme, list[str]] = {}
-    for name, layer in layers.items():
-        scheme = LayerScheme("channel", layer.act_quant, layer.input_zero_point is not None)
-        groups.setdefault(scheme, []).append(name)
-    ignore = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     config = _base_config(model, out_dir, source)
-    config["quantization_config"] = build_config(groups, ignore)
+    config["quantization_config"] = checkpoint_config(model)
 
     state, seen = {}, set()
     for name, t in model.state_dict().items():
