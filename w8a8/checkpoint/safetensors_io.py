@@ -1,18 +1,14 @@
-"""Safetensors files: checked by the ``safetensors`` library, tensors memory-mapped.
+"""Safetensors files, read with the ``safetensors`` library: checked, then memory-mapped.
 
 Never unpickles. ``read_header`` opens each file with ``safetensors.safe_open``, which checks
 it as the library checks every file (a JSON header of well-formed entries, known dtypes,
 byte lengths matching the shapes, the entries tiling the data with no gap, overlap or
-trailing byte); its refusal becomes a ``CheckpointError`` naming the file. The tensors are
-then views of the file's pages (``MappedFile``), placed by the offsets of the header the
-library has just accepted: ``safe_open(...).get_tensor`` copies each tensor into memory,
-where a view costs nothing until read.
+trailing byte); its refusal becomes a ``CheckpointError`` naming the file, with the
+library's reason. ``MappedFile.tensor`` is ``safe_open(...).get_tensor``: a view of the
+file's pages mapped copy-on-write (nothing is read until used; writing to it never
+reaches the file).
 """
 from __future__ import annotations
-
-import json
-import os
-import struct
 
 import torch
 
@@ -42,16 +38,16 @@ class CheckpointError(ValueError):
 
 
 class TensorInfo:
-    """One tensor of a safetensors file, not yet read: ``dtype``, ``shape``, and where it lies."""
+    """One tensor of a safetensors file, not yet read: ``dtype`` and ``shape``."""
 
-    __slots__ = ("path", "name", "dtype", "shape", "begin", "end")
+    __slots__ = ("path", "name", "dtype", "shape")
 
-    def __init__(self, path, name, dtype, shape, begin, end):
-        self.path, self.name, self.dtype, self.shape, self.begin, self.end = path, name, dtype, shape, begin, end
+    def __init__(self, path, name, dtype, shape):
+        self.path, self.name, self.dtype, self.shape = path, name, dtype, shape
 
 
 def read_header(path: str) -> dict[str, TensorInfo]:
-    """The tensors of the safetensors file ``path``: name -> TensorInfo (absolute byte offsets).
+    """The tensors of the safetensors file ``path``: name -> TensorInfo.
 
     Raises CheckpointError naming the file for anything the ``safetensors`` library refuses
     (with its reason), and naming the tensor for a dtype torch has no type for.
@@ -60,34 +56,28 @@ def read_header(path: str) -> dict[str, TensorInfo]:
 
     try:
         with safe_open(path, framework="pt") as f:
-            dtypes = {name: f.get_slice(name).get_dtype() for name in f.keys()}
+            slices = {name: f.get_slice(name) for name in f.keys()}
+            found = {name: (sl.get_dtype(), tuple(sl.get_shape())) for name, sl in slices.items()}
     except SafetensorError as exc:
         raise CheckpointError(f"{_FN}: {path} is not a valid safetensors file (safetensors: {exc})") from None
     except OSError as exc:
         raise CheckpointError(f"{_FN}: cannot read {path}: {exc.strerror or exc}") from None
-    with open(path, "rb") as f:  # the header safe_open accepted: only the offsets are read from it
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
     out = {}
-    for name, code in dtypes.items():
+    for name, (code, shape) in found.items():
         if code not in DTYPES:
             raise CheckpointError(f"{_FN}: {path}: tensor {name!r} has dtype {code}, which w8a8 does not read "
                                   f"(supported: {sorted(DTYPES)})")
-        begin, end = header[name]["data_offsets"]
-        out[name] = TensorInfo(path, name, DTYPES[code], tuple(header[name]["shape"]), 8 + n + begin, 8 + n + end)
+        out[name] = TensorInfo(path, name, DTYPES[code], shape)
     return out
 
 
 class MappedFile:
-    """A safetensors file memory-mapped copy-on-write: tensors view the file's pages."""
+    """A safetensors file opened once; ``tensor`` gives a copy-on-write view of its pages."""
 
     def __init__(self, path: str) -> None:
-        size = os.path.getsize(path)
-        storage = torch.UntypedStorage.from_file(path, shared=False, nbytes=size)
-        self.bytes = torch.empty(0, dtype=torch.uint8).set_(storage)
+        from safetensors import safe_open
+
+        self.file = safe_open(path, framework="pt")
 
     def tensor(self, info: TensorInfo) -> torch.Tensor:
-        raw = self.bytes[info.begin : info.end]
-        if info.begin % info.dtype.itemsize:  # misaligned for a view: copy
-            raw = raw.clone()
-        return raw.view(info.dtype).reshape(info.shape)
+        return self.file.get_tensor(info.name)
