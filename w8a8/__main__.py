@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     quant.add_argument("out", help="output folder (written atomically; neither SRC nor inside it)")
     quant.add_argument("--act", choices=("dynamic", "static"), default="dynamic",
                        help="activation quantization: per token at run time, or one calibrated scale per layer")
-    quant.add_argument("--skip", nargs="*", default=["lm_head"], help="layer names or globs kept in float")
+    quant.add_argument("--skip", nargs="*", default=["lm_head"],
+                       help="Linears kept in float: names, globs, re:<regex> or class names (compressed-tensors' "
+                       "ignore syntax)")
     quant.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
                        help="float dtype to load the model in (auto: the config's dtype)")
     quant.add_argument("--device", default=default_device(),

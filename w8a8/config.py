@@ -22,10 +22,12 @@ class W8A8Config:
     act_quant ("dynamic") : ``"dynamic"`` (per-token scales at run time) or ``"static"``
         (one calibrated per-tensor scale per layer: from ``input_scales``, else from
         ``calibration``).
-    skip (("lm_head",)) : a layer name or glob, or a sequence of them, kept in float.
-        A name matches by full name, by its last components (``"lm_head"`` matches
-        ``model.lm_head``) or by glob (``"*.mlp.*"``).
-    include (None) : if set, only Linears matching one of these names or globs are
+    skip (("lm_head",)) : a pattern, or a sequence of them, of the Linears kept in float.
+        compressed-tensors' ``ignore`` syntax, matched as it matches it: ``"re:<regex>"``
+        (``re.match`` on the layer's name), the exact name, or a class name (the Linear's
+        class or a base's); and ours: a name's last components (``"lm_head"`` matches
+        ``model.lm_head``) and globs (``"*.mlp.*"``). A pattern matching no Linear warns.
+    include (None) : if set, only Linears matching one of these patterns are
         quantized (same matching as ``skip``; ``skip`` wins over ``include``).
     filter_fn (None) : ``filter_fn(module, name) -> bool``, called for each ``nn.Linear``
         left after ``skip`` / ``include`` (torchao's convention); False keeps it in float.
