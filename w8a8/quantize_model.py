@@ -65,12 +65,11 @@ def skip_patterns(skip, fn: str = "quantize_model", what: str = "skip") -> tuple
         raise TypeError(f"{fn}: {what} must be a string or a list of strings, got {skip!r}") from None
     if not all(isinstance(p, str) for p in patterns):
         raise TypeError(f"{fn}: {what} must be a string or a list of strings, got {skip!r}")
-    for p in patterns:
-        if p.startswith("re:"):
-            try:
-                re.compile(p[3:])
-            except (re.error, RecursionError, OverflowError) as exc:
-                raise ValueError(f"{fn}: {what} holds a bad regex {p!r} ({exc})") from None
+    from w8a8.checkpoint.format import bad_regexes
+
+    bad = bad_regexes(patterns, what)
+    if bad:
+        raise ValueError(f"{fn}: {bad}")
     return patterns
 
 

@@ -9,10 +9,10 @@ import textwrap
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import w8a8
 from helpers import Tiny
+from parallel.test_tensor_parallel import one_rank_group  # noqa: F401  (a gloo group of this process alone)
 from w8a8.checkpoint import save as save_mod
 
 
@@ -189,13 +189,6 @@ def test_a_model_holding_a_transformers_model_is_refused_and_the_inner_one_saves
     with torch.no_grad():
         assert torch.equal(w8a8.from_pretrained(str(tmp_path / "q"), progress=False)(ids).logits,
                            model.inner(ids).logits)
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'one_rank'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_a_tensor_parallel_model_is_refused(tmp_path, one_rank_group):
