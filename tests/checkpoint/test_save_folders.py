@@ -1,6 +1,7 @@
 """What save_quantized leaves on disk: the umask's permissions, no weight file of the source at any
 depth, no output inside the source, the old or the new checkpoint at every kill point (a real
 SIGKILL), stale temporaries cleaned; models it cannot save whole are refused, naming why."""
+import json
 import os
 import signal
 import subprocess
@@ -200,3 +201,19 @@ def test_a_tensor_parallel_model_is_refused(tmp_path, one_rank_group):
                                          r"Save the unsharded model"):
         w8a8.save_quantized(model, str(tmp_path / "q"), progress=False)
     assert not os.path.exists(tmp_path / "q") and _siblings(tmp_path / "q") == []
+
+
+def test_save_pretrained_max_shard_size_is_read_as_transformers_reads_it(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=1, vocab_size=64)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    w8a8.quantize_model(model, progress=False)
+    out = tmp_path / "q"
+    model.save_pretrained(str(out), max_shard_size="10KB")  # decimal units, as huggingface_hub parses them
+    index = json.load(open(out / "model.safetensors.index.json"))
+    assert len(set(index["weight_map"].values())) > 1
+    assert all(os.path.getsize(out / f) <= 10_000 + 4096 for f in set(index["weight_map"].values()))
+    with pytest.raises(ValueError, match=r"max_shard_bytes='5 parsecs': Unit .* not supported"):
+        model.save_pretrained(str(tmp_path / "bad"), max_shard_size="5 parsecs")
+    assert not os.path.exists(tmp_path / "bad") and _siblings(tmp_path / "bad") == []

@@ -52,25 +52,31 @@ def _is_transformers_model(model: nn.Module) -> bool:
     return any(c.__name__ == "PreTrainedModel" for c in type(model).__mro__) and hasattr(model, "config")
 
 
-def _split(state: dict[str, torch.Tensor], max_bytes: int) -> list[list[str]]:
-    """The tensor names of each shard: ``huggingface_hub``'s split (the one transformers uses) where it
-    is installed (the ``hf`` extra), else the same greedy rule (a tensor that would cross ``max_bytes``
-    starts a new shard; a larger one is a shard of its own)."""
-    nbytes = {name: t.numel() * t.element_size() for name, t in state.items()}
+def _split(state: dict[str, torch.Tensor], max_bytes: int | str) -> list[list[str]]:
+    """The tensor names of each shard: ``huggingface_hub``'s split (the one transformers uses; it reads
+    ``"5GB"`` too) where it is installed (the ``hf`` extra), else the same greedy rule on bytes (a tensor
+    that would cross ``max_bytes`` starts a new shard; a larger one is a shard of its own)."""
     try:
         from huggingface_hub.serialization import split_state_dict_into_shards_factory
     except ImportError:
+        if not isinstance(max_bytes, int):
+            raise ValueError(f"{_FN}: max_shard_bytes={max_bytes!r}: a size string needs huggingface_hub "
+                             f"(pip install w8a8[hf]); pass a number of bytes") from None
         shards, size = [[]], 0
-        for name, n in nbytes.items():
+        for name, t in state.items():
+            n = t.numel() * t.element_size()
             if shards[-1] and size + n > max_bytes:
                 shards.append([])
                 size = 0
             shards[-1].append(name)
             size += n
         return shards
-    # Tied tensors are already written once (the caller dedups them): no storage grouping here.
-    split = split_state_dict_into_shards_factory(state, get_storage_size=lambda t: t.numel() * t.element_size(),
-                                                 filename_pattern="model{suffix}.safetensors", max_shard_size=max_bytes)
+    try:  # tied tensors are already written once (the caller dedups them): no storage grouping here
+        split = split_state_dict_into_shards_factory(state, get_storage_size=lambda t: t.numel() * t.element_size(),
+                                                     filename_pattern="model{suffix}.safetensors",
+                                                     max_shard_size=max_bytes)
+    except ValueError as exc:
+        raise ValueError(f"{_FN}: max_shard_bytes={max_bytes!r}: {exc}") from None
     return list(split.filename_to_tensors.values())
 
 
@@ -244,7 +250,7 @@ def save_quantized(
     model: nn.Module,
     out_dir: str,
     scale_dtype: torch.dtype | None = None,
-    max_shard_bytes: int = 5 * 2**30,
+    max_shard_bytes: int | str = 5 * 2**30,
     progress: bool = True,
     source: str | None = None,
     tokenizer=None,
@@ -259,7 +265,8 @@ def save_quantized(
     scale_dtype : dtype of ``weight_scale`` / ``input_scale`` on disk; None: the
         model's float dtype, as the format has it (bf16 rounds the fp32 scales:
         pass ``torch.float32`` for a bit-exact round trip of a bf16 model).
-    max_shard_bytes : shard size limit (``model-0000i-of-0000n.safetensors`` + index).
+    max_shard_bytes : shard size limit in bytes, or a size as transformers' ``max_shard_size`` takes it
+        (``'5GB'``, read by ``huggingface_hub``) (``model-0000i-of-0000n.safetensors`` + index).
     progress : a tqdm bar over the shards.
     source : the float model's folder: every non-weight file of it (tokenizer files,
         chat template, ``generation_config.json``, sentence-transformers ``modules.json``
@@ -354,18 +361,6 @@ def save_quantized(
     return [os.path.join(out_dir, fname) for fname in names]
 
 
-def _shard_bytes(size) -> int:
-    """``max_shard_size`` as transformers reads it: bytes, or ``"5GB"`` (decimal units, ``huggingface_hub``'s parser)."""
-    if isinstance(size, int) and not isinstance(size, bool):
-        return size
-    from huggingface_hub.serialization._base import parse_size_to_int
-
-    try:
-        return parse_size_to_int(str(size))
-    except ValueError as exc:
-        raise ValueError(f"save_pretrained: max_shard_size must be an int or like '5GB', got {size!r} ({exc})") from None
-
-
 def _save_pretrained(self, save_directory, is_main_process: bool = True, max_shard_size="5GB",
                      safe_serialization: bool = True, **kwargs):
     """``save_pretrained`` of a transformers model holding W8A8Linear layers: ``w8a8.save_quantized``.
@@ -382,7 +377,7 @@ def _save_pretrained(self, save_directory, is_main_process: bool = True, max_sha
             f"w8a8.save_quantized(model, out_dir, source=..., tokenizer=...) directly"
         )
     if is_main_process:
-        save_quantized(self, save_directory, max_shard_bytes=_shard_bytes(max_shard_size), progress=False)
+        save_quantized(self, save_directory, max_shard_bytes=max_shard_size, progress=False)
 
 
 def transformers_models(model: nn.Module) -> dict[str, nn.Module]:
