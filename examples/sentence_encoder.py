@@ -11,8 +11,15 @@ tokens, as ``pooling_mode_mean_tokens``), so sentence-transformers is not needed
 1. embed the sentences with the float model;
 2. ``w8a8.quantize_model`` (every Linear: BERT has no lm_head);
 3. ``w8a8.save_quantized(model, out, source=PATH)``: the int8 folder keeps
-   ``modules.json``, ``1_Pooling/`` and the tokenizer, so sentence-transformers
-   (with compressed-tensors installed) and this script read it like the float one;
+   ``modules.json``, ``1_Pooling/`` and the tokenizer beside the compressed-tensors
+   checkpoint, which ``w8a8.from_pretrained`` reads (this script) and transformers with
+   compressed-tensors reads. In sentence-transformers itself, load it with
+   ``model_kwargs={"quantization_config": CompressedTensorsConfig(dequantize=True)}`` and
+   put the int8 layers back with ``w8a8.load_quantized(st[0].auto_model, out)``: a plain
+   ``SentenceTransformer(out)`` fails at its first ``encode`` (compressed-tensors
+   decompresses at the model's first call, and sentence-transformers calls ``forward``
+   directly). docs/GUIDE.md ("transformers and sentence-transformers") has that path,
+   quantizing through ``SentenceTransformer(PATH, model_kwargs=...)`` and ``st.save``;
 4. ``w8a8.from_pretrained(out)``, embed again: the reloaded embeddings equal the
    quantized model's bit for bit, and the cosine similarity to the float
    embeddings is printed per sentence.

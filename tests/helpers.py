@@ -292,3 +292,26 @@ def sentence_transformers_folder(tmp_path):
                                                                "pooling_mode_mean_tokens": True}))
     return bert, str(src)
 
+
+
+def hf_cache_layout(folder, cache, repo="org--model", revision="0123456789abcdef"):
+    """``folder`` laid out as a Hugging Face cache snapshot: every file moved to ``blobs/`` under a
+    content name and linked back relatively (``snapshots/REV/x -> ../../blobs/SHA``), as
+    ``huggingface_hub`` downloads it. Returns the snapshot folder."""
+    import hashlib
+
+    root = os.path.join(os.fspath(cache), f"models--{repo}")
+    snapshot = os.path.join(root, "snapshots", revision)
+    blobs = os.path.join(root, "blobs")
+    os.makedirs(blobs, exist_ok=True)
+    for dirpath, _, files in os.walk(folder):
+        rel = os.path.relpath(dirpath, folder)
+        for name in files:
+            data = open(os.path.join(dirpath, name), "rb").read()
+            blob = os.path.join(blobs, hashlib.sha256(data).hexdigest())
+            with open(blob, "wb") as f:
+                f.write(data)
+            link_dir = os.path.normpath(os.path.join(snapshot, rel))
+            os.makedirs(link_dir, exist_ok=True)
+            os.symlink(os.path.relpath(blob, link_dir), os.path.join(link_dir, name))
+    return snapshot

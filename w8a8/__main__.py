@@ -86,6 +86,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def main(argv: list[str] | None = None) -> int:
     from w8a8 import __version__
+    from w8a8.checkpoint.convert import default_device
 
     fmt = _HelpFormatter
     parser = argparse.ArgumentParser(prog="python -m w8a8", description=__doc__, formatter_class=fmt)
@@ -112,13 +113,17 @@ def main(argv: list[str] | None = None) -> int:
         "User errors are one line on stderr, exit status 2.",
     )
     quant.add_argument("src", help="float model folder (config.json + *.safetensors)")
-    quant.add_argument("out", help="output folder (written atomically; must not be SRC)")
+    quant.add_argument("out", help="output folder (written atomically; neither SRC nor inside it)")
     quant.add_argument("--act", choices=("dynamic", "static"), default="dynamic",
                        help="activation quantization: per token at run time, or one calibrated scale per layer")
-    quant.add_argument("--skip", nargs="*", default=["lm_head"], help="layer names or globs kept in float")
+    quant.add_argument("--skip", nargs="*", default=["lm_head"],
+                       help="Linears kept in float: names, globs, re:<regex> or class names (compressed-tensors' "
+                       "ignore syntax)")
     quant.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
                        help="float dtype to load the model in (auto: the config's dtype)")
-    quant.add_argument("--device", default="cpu", help="where to load, calibrate and quantize (cpu, cuda, cuda:1, ...)")
+    quant.add_argument("--device", default=default_device(),
+                       help="where to load, calibrate and quantize (cpu, cuda, cuda:1, ...); the default is cuda "
+                       "where torch sees a GPU, else cpu")
     quant.add_argument("--calib-data", metavar="FILE", default=None,
                        help="text file, one calibration sample per line, tokenized with SRC's tokenizer "
                        "(for --act static scales and --smoothquant; None: --calib-batches of random token ids)")

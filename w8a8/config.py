@@ -22,10 +22,12 @@ class W8A8Config:
     act_quant ("dynamic") : ``"dynamic"`` (per-token scales at run time) or ``"static"``
         (one calibrated per-tensor scale per layer: from ``input_scales``, else from
         ``calibration``).
-    skip (("lm_head",)) : a layer name or glob, or a sequence of them, kept in float.
-        A name matches by full name, by its last components (``"lm_head"`` matches
-        ``model.lm_head``) or by glob (``"*.mlp.*"``).
-    include (None) : if set, only Linears matching one of these names or globs are
+    skip (("lm_head",)) : a pattern, or a sequence of them, of the Linears kept in float.
+        compressed-tensors' ``ignore`` syntax, matched as it matches it: ``"re:<regex>"``
+        (``re.match`` on the layer's name), the exact name, or a class name (the Linear's
+        class or a base's); and ours: a name's last components (``"lm_head"`` matches
+        ``model.lm_head``) and globs (``"*.mlp.*"``). A pattern matching no Linear warns.
+    include (None) : if set, only Linears matching one of these patterns are
         quantized (same matching as ``skip``; ``skip`` wins over ``include``).
     filter_fn (None) : ``filter_fn(module, name) -> bool``, called for each ``nn.Linear``
         left after ``skip`` / ``include`` (torchao's convention); False keeps it in float.
@@ -99,6 +101,26 @@ class W8A8Config:
     def replace(self, **changes) -> "W8A8Config":
         """A copy with ``changes`` applied (and checked again)."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def quant_method(self) -> str:
+        """``"w8a8"``: the transformers quantization method of this config. transformers asks for it
+        first in ``from_pretrained(..., quantization_config=config)``; answering registers the method
+        with transformers (``w8a8.checkpoint.hf_quantizer``, imported only then)."""
+        from w8a8.checkpoint.hf_quantizer import METHOD, register
+
+        register()
+        return METHOD
+
+    def to_dict(self) -> dict:
+        """The JSON fields (``quant_method`` and every field but ``filter_fn`` and ``calibration``,
+        which are code and data), as transformers prints and serialises a quantization config."""
+        out = {"quant_method": "w8a8"}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name not in ("filter_fn", "calibration"):
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(W8A8Config))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import math
+import re
 import warnings
 from typing import Any, Callable
 
@@ -23,7 +24,8 @@ class QuantizationReport:
     replaced: list[str] = dataclasses.field(default_factory=list)
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
     sqnr_db: dict[str, float] = dataclasses.field(default_factory=dict)
-    unmatched_skip: list[str] = dataclasses.field(default_factory=list)  # skip patterns that matched no layer
+    unmatched_skip: list[str] = dataclasses.field(default_factory=list)  # skip patterns that matched no Linear
+    unmatched_include: list[str] = dataclasses.field(default_factory=list)  # include patterns that matched no Linear
     fusion: Any = None  # w8a8.fusion.eager.FusionReport; None: not fused, or fused at the model's first forward
 
     def summary(self) -> str:
@@ -34,10 +36,22 @@ class QuantizationReport:
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
         if self.unmatched_skip:
             lines.append(f"  skip patterns that matched no layer: {self.unmatched_skip}")
+        if self.unmatched_include:
+            lines.append(f"  include patterns that matched no layer: {self.unmatched_include}")
         return "\n".join(lines)
 
 
-def _match(name: str, p: str) -> bool:
+def _match(name: str, p: str, module: nn.Module | None = None) -> bool:
+    """compressed-tensors' rules for ``ignore`` / ``targets`` (``re:<regex>`` matched at the start of the
+    name, the exact name, the class name of the module or one of its bases; ``format.matches``), and
+    ours: the name's last components (``"lm_head"`` matches ``model.lm_head``) and globs (``"*.mlp.*"``).
+    Without ``module`` a class name matches nothing."""
+    from w8a8.checkpoint.format import matches
+
+    if p.startswith("re:"):
+        return re.match(p[3:], name) is not None
+    if module is not None and matches(name, module, (p,)):
+        return True
     return name == p or name.endswith("." + p) or fnmatch.fnmatchcase(name, p)
 
 
@@ -53,12 +67,32 @@ def skip_patterns(skip, fn: str = "quantize_model", what: str = "skip") -> tuple
         raise TypeError(f"{fn}: {what} must be a string or a list of strings, got {skip!r}") from None
     if not all(isinstance(p, str) for p in patterns):
         raise TypeError(f"{fn}: {what} must be a string or a list of strings, got {skip!r}")
+    from w8a8.checkpoint.format import bad_regexes
+
+    bad = bad_regexes(patterns, what)
+    if bad:
+        raise ValueError(f"{fn}: {bad}")
     return patterns
 
 
-def _matches(name: str, patterns) -> bool:
-    """A layer matches a pattern by full name, by its last components, or by glob."""
-    return any(_match(name, p) for p in skip_patterns(patterns))
+def _matches(name: str, patterns, module: nn.Module | None = None) -> bool:
+    """A layer matches one of the patterns (``_match``; class names only when ``module`` is given)."""
+    return any(_match(name, p, module) for p in skip_patterns(patterns))
+
+
+def _unmatched(model: nn.Module, patterns, what: str, fn: str, warn: bool) -> list[str]:
+    """The patterns that match no Linear of ``model``, each said in a UserWarning when ``warn``
+    (a pattern matching nothing quantizes, or keeps, something the caller did not mean to)."""
+    linears = [(n, m) for n, m in model.named_modules() if n and (isinstance(m, nn.Linear) or _is_conv1d(m))]
+    unmatched = [p for p in patterns if not any(_match(n, p, m) for n, m in linears)]
+    for p in unmatched if warn else ():
+        others = [n for n, m in model.named_modules() if n and _match(n, p, m)]
+        last = re.escape(others[0].rpartition(".")[2]) if others else ""
+        hint = (f"; it matches {others[:3]} (not Linears): like compressed-tensors, a class name is matched "
+                f"against each Linear's own class; name the Linears, e.g. 're:.*\\.{last}\\..*'") if others else ""
+        warnings.warn(f"{fn}: {what} pattern {p!r} matches no Linear of {type(model).__name__}{hint}",
+                      UserWarning, stacklevel=4)
+    return unmatched
 
 
 def _direct_reader(name: str, module: nn.Module, parents: dict[str, nn.Module]) -> str | None:
@@ -174,7 +208,9 @@ def select_layers(model: nn.Module, config: W8A8Config, report: QuantizationRepo
     ``allow_meta``: meta weights are candidates (``from_pretrained`` fills them layer by layer).
     """
     patterns = config.skip
-    report.unmatched_skip = [p for p in patterns if not any(_match(n, p) for n, _ in model.named_modules() if n)]
+    fn = "quantize_model"
+    report.unmatched_skip = _unmatched(model, patterns, "skip", fn, warn=patterns != DEFAULTS["skip"])
+    report.unmatched_include = _unmatched(model, config.include or (), "include", fn, warn=True)
     modules = dict(model.named_modules())
     candidates = []
     for name, module in modules.items():
@@ -187,9 +223,9 @@ def select_layers(model: nn.Module, config: W8A8Config, report: QuantizationRepo
         if not isinstance(module, nn.Linear):
             continue
         reader = _direct_reader(name, module, modules)
-        if _matches(name, patterns):
+        if _matches(name, patterns, module):
             report.skipped[name] = "matches skip"
-        elif config.include is not None and not _matches(name, config.include):
+        elif config.include is not None and not _matches(name, config.include, module):
             report.skipped[name] = "matches no include pattern"
         elif reader is not None:
             report.skipped[name] = reader

@@ -115,3 +115,28 @@ def test_refusals(tmp_path):
     json.dump(cfg, open(os.path.join(src, "config.json"), "w"))
     with pytest.raises(CheckpointError, match=r"does not hold 1 weights of LlamaForSequenceClassification .*'score.weight'.*would be random"):
         w8a8.from_pretrained(src, quantize=W8A8Config())
+
+
+@pytest.mark.parametrize("name,shape", [
+    ("model.layers.0.mlp.down_proj.weight", (1, 64)),  # broadcast over the layer, once loaded silently
+    ("model.layers.1.self_attn.q_proj.weight", (64, 32)),
+    ("model.norm.weight", (32,)),
+])
+def test_wrong_shapes_are_refused_before_building(tmp_path, name, shape):
+    from safetensors.torch import load_file, save_file
+
+    src = _float_folder(tmp_path)
+    path = os.path.join(src, "model.safetensors")
+    state = load_file(path)
+    expected = list(state[name].shape)
+    state[name] = torch.randn(shape)
+    save_file(state, path, metadata={"format": "pt"})
+    built = []
+    original = w8a8.W8A8Linear.from_linear.__func__
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(w8a8.W8A8Linear, "from_linear", classmethod(lambda cls, *a, **k: built.append(1) or original(cls, *a, **k)))
+        with pytest.raises(CheckpointError) as info:
+            w8a8.from_pretrained(src, quantize=W8A8Config(report=False), progress=False)
+    assert built == []
+    assert f"{path}: {name} has shape {list(shape)}, expected {expected}" in str(info.value)
+    assert "does not match LlamaForCausalLM (from config.json architectures 'LlamaForCausalLM')" in str(info.value)

@@ -31,7 +31,8 @@ def test_help_has_defaults_descriptions_and_no_rst(command, capsys):
         assert out.count("\n\n") >= 2 and ("Print the versions" in out or "Build a random transformers Llama" in out)
     if command == ["quantize"]:
         flat = " ".join(out.split())
-        for option, default in [("--act", "dynamic"), ("--skip", "['lm_head']"), ("--dtype", "auto"), ("--device", "cpu"),
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        for option, default in [("--act", "dynamic"), ("--skip", "['lm_head']"), ("--dtype", "auto"), ("--device", device),
                                 ("--calib-data", "None"), ("--calib-batches", "8"), ("--calib-seq-len", "128"),
                                 ("--smoothquant", "None"), ("--quiet", "False")]:
             assert option in flat and f"(default: {default})" in flat, option
@@ -147,3 +148,31 @@ def test_bad_dtype_is_an_argparse_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["quantize", str(tmp_path), str(tmp_path / "q"), "--dtype", "int8"])
     assert exc.value.code == 2 and "invalid choice: 'int8'" in capsys.readouterr().err
+
+
+def test_device_defaults_to_the_gpu_where_there_is_one(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    flat = " ".join(_help(["quantize", "--help"], capsys).split())
+    assert "else cpu (default: cuda)" in flat
+
+
+@pytest.mark.parametrize("device,match", [
+    ("cuda", "--device 'cuda': torch is a CPU build (torch "),
+    ("cuda:3", "--device 'cuda:3': torch is a CPU build"),
+    ("tpu", "--device 'tpu' is not a device"),
+    ("meta", "--device 'meta': only cpu and cuda devices are supported"),
+])
+def test_device_is_checked_before_loading(tmp_path, capsys, monkeypatch, device, match):
+    if torch.version.cuda is not None:
+        pytest.skip("the CPU-build messages (a CUDA build says what it finds instead)")
+    src, _ = _folder(tmp_path, tokenizer=False)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded before --device was checked")
+
+    monkeypatch.setattr(transformers.LlamaForCausalLM, "from_pretrained", never)
+    capsys.readouterr()
+    assert main(["quantize", src, str(tmp_path / "q"), "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m w8a8 quantize: error: ") and match in err, err
+    assert len(err.strip().splitlines()) == 1 and not os.path.exists(tmp_path / "q")

@@ -85,3 +85,25 @@ def test_subprocess_same_folder_keeps_the_float_model(tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert open(os.path.join(src, "model.safetensors"), "rb").read() == weights
+
+
+def test_output_inside_the_source_is_refused_on_every_run(tmp_path, capsys, st):
+    _, src = st
+    before = sorted(os.listdir(src))
+    for _ in range(2):  # a second run used to nest int8/int8/
+        assert main(["quantize", src, os.path.join(src, "int8")]) == 2
+        err = capsys.readouterr().err
+        assert f"the output folder {os.path.join(src, 'int8')} is inside the source folder {src}" in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert sorted(os.listdir(src)) == before
+
+
+def test_weight_files_in_source_subfolders_are_not_copied(tmp_path, capsys, st):
+    _, src = st
+    os.makedirs(os.path.join(src, "original"))
+    for name in ("consolidated.00.pth", "params.json"):
+        with open(os.path.join(src, "original", name), "w") as f:
+            f.write(name)
+    out = str(tmp_path / "q")
+    assert main(["quantize", src, out, "--quiet"]) == 0
+    assert sorted(os.listdir(os.path.join(out, "original"))) == ["params.json"]

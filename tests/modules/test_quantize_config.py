@@ -1,9 +1,11 @@
 """W8A8Config: the fields, the keyword compatibility, include / filter_fn, calibration and
 SmoothQuant through the config, and the SQNR report's cost (< 10% of quantize_model)."""
 import dataclasses
+import json
 import math
 import statistics
 import time
+import warnings
 
 import pytest
 import torch
@@ -193,3 +195,49 @@ def test_report_costs_under_10_percent_of_quantize_model_4096():
     finally:
         torch.set_num_threads(threads)
     assert shares[-1][0] < 0.10, f"report share (with - without) / with per attempt: {shares}"
+
+
+# --- compressed-tensors' pattern syntax ------------------------------------------------------------
+
+
+def test_skip_and_include_take_regexes_and_class_names_as_compressed_tensors_does(tmp_path):
+    from compressed_tensors.utils.match import match_named_modules
+
+    model = _llama()
+    report = w8a8.quantize_model(model, skip=["lm_head", "re:.*mlp.down_proj", "re:.*self_attn\\.[kv]_proj"],
+                                 fuse=False, progress=False)
+    down_k_v = {f"model.layers.0.{p}" for p in ("mlp.down_proj", "self_attn.k_proj", "self_attn.v_proj")}
+    assert set(report.skipped) == down_k_v | {"lm_head"} and report.unmatched_skip == []
+    # include as a regex; skip wins over include; a class name matches a Linear's class (or a base's)
+    r2 = w8a8.quantize_model(_llama(), W8A8Config(skip=["re:.*up_proj"], include=["re:model\\.layers\\.0\\.self_attn"]),
+                             fuse=False, progress=False)
+    with pytest.warns(UserWarning, match=r"replaced no layer"):
+        assert w8a8.quantize_model(_llama(), skip="Linear", fuse=False, progress=False).replaced == []
+    assert sorted(r2.replaced) == sorted(f"model.layers.0.self_attn.{p}_proj" for p in "qkvo")
+    assert r2.skipped["model.layers.0.mlp.up_proj"] == "matches skip"
+    assert r2.skipped["model.layers.0.mlp.gate_proj"] == "matches no include pattern"
+    # The written ignore list selects, by compressed-tensors' own matching, the layers quantize_model kept in float.
+    w8a8.save_quantized(model, str(tmp_path / "q"), progress=False)
+    qc = json.load(open(tmp_path / "q" / "config.json"))["quantization_config"]
+    targets = qc["config_groups"]["group_0"]["targets"]
+    fresh = _llama()
+    theirs = {n for n, _ in match_named_modules(fresh, targets, qc["ignore"])}
+    assert theirs == set(report.replaced)
+
+
+def test_unmatched_patterns_warn_with_a_hint():
+    with pytest.warns(UserWarning, match=r"skip pattern 'LlamaMLP' matches no Linear of LlamaForCausalLM; it matches "
+                                         r"\['model.layers.0.mlp'\] \(not Linears\).*'re:\.\*\\\.mlp\\\.\.\*'"):
+        report = w8a8.quantize_model(_llama(), skip=["lm_head", "LlamaMLP"], fuse=False, progress=False)
+    assert report.unmatched_skip == ["LlamaMLP"] and len(report.skipped) == 1
+    with pytest.warns(UserWarning, match=r"include pattern 're:.\*mlp_typo' matches no Linear"):
+        report = w8a8.quantize_model(_llama(), include=["re:.*mlp_typo", "re:.*q_proj"], fuse=False, progress=False)
+    assert report.unmatched_include == ["re:.*mlp_typo"] and "include patterns that matched no layer" in report.summary()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the default skip ("lm_head") on a model without one says nothing
+        w8a8.quantize_model(torch.nn.Sequential(torch.nn.Linear(8, 8)), fuse=False, progress=False)
+
+
+def test_a_bad_regex_is_refused_by_the_config():
+    with pytest.raises(ValueError, match=r"W8A8Config: skip holds a bad regex 're:\(' \("):
+        W8A8Config(skip=["re:("])

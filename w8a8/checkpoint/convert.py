@@ -12,7 +12,7 @@ from w8a8.config import W8A8Config
 from w8a8.checkpoint.hf import first_line, model_class_for, read_transformers_config
 from w8a8.checkpoint.load import local_folder
 from w8a8.checkpoint.safetensors_io import CheckpointError
-from w8a8.checkpoint.save import _inside, save_quantized
+from w8a8.checkpoint.save import check_output_folder, save_quantized
 from w8a8.quantize_model import QuantizationReport, quantize_model
 
 _FN = "w8a8 quantize"
@@ -40,14 +40,14 @@ def quantize_folder(
         weights the folder does not hold for that class are refused, never initialised.
     out : the int8 folder (config.json with quantization_config, safetensors, and every
         non-weight file of ``src``: tokenizer, chat template, sentence-transformers modules).
-        Written atomically; must not be ``src`` nor hold it.
+        Written atomically; must not be ``src``, hold it or lie inside it.
     act_quant : ``"dynamic"`` or ``"static"``; static scales are calibrated on
         ``calib_batches`` batches of ``calib_seq_len`` random token ids (a stand-in:
         calibrate on real text with ``w8a8.calibrate.calibrate`` for a production model).
     skip : layer names or globs kept in float.
     progress : tqdm bars (and transformers' own loading bar).
     dtype : float dtype to load the model in (``"auto"``: the config's).
-    device : where the model is loaded, calibrated and quantized (None: the CPU).
+    device : where the model is loaded, calibrated and quantized (None: the CPU); checked before loading.
     calib_texts : calibration samples (one string each), tokenized with ``src``'s tokenizer
         (truncated to ``calib_seq_len`` tokens), for static scales and SmoothQuant.
     smoothquant_alpha : run SmoothQuant (``w8a8.calibrate.smooth``) on ``calib_texts`` first.
@@ -59,7 +59,7 @@ def quantize_folder(
     Raises
     ------
     ValueError (CheckpointError for the source folder) before anything is written:
-    a missing SRC, OUT == SRC, an already quantized or non-safetensors SRC, a model class
+    a missing SRC, OUT == SRC or inside it, a device that is not here, an already quantized or non-safetensors SRC, a model class
     whose weights SRC does not hold.
     """
     try:
@@ -68,8 +68,8 @@ def quantize_folder(
         raise ImportError("python -m w8a8 quantize needs Hugging Face transformers: pip install w8a8[hf]") from exc
     src = local_folder(src, _FN)
     out = os.fspath(out)
-    if _inside(src, out):
-        raise ValueError(f"{_FN}: the output folder {out} would replace the source folder {src}; pick another")
+    check_output_folder(src, out, _FN)
+    device = check_device(device)
     if os.path.lexists(out) and not os.path.isdir(out):
         raise ValueError(f"{_FN}: {out} exists and is not a folder")
     config, raw = read_transformers_config(src, transformers, _FN)
@@ -85,7 +85,6 @@ def quantize_folder(
     if smoothquant_alpha is not None and not 0.0 <= smoothquant_alpha <= 1.0:
         raise ValueError(f"{_FN}: --smoothquant ALPHA must be in [0, 1], got {smoothquant_alpha}")
     tokenizer = _tokenizer(src, transformers) if calib_texts is not None else None
-    device = torch.device(device) if device is not None else None
     cls, origin = model_class_for(config, transformers)
     if not progress:
         transformers.utils.logging.disable_progress_bar()
@@ -119,6 +118,32 @@ def quantize_folder(
         report = quantize_model(model, qconfig, progress=progress)
     save_quantized(model, out, progress=progress, source=src)
     return report
+
+
+def default_device() -> str:
+    """``"cuda"`` where torch sees a GPU, else ``"cpu"``: the default of ``--device``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_device(device) -> torch.device | None:
+    """``device`` as a torch.device that exists here (None stays None); a one-line ValueError otherwise,
+    raised before anything is loaded."""
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"{_FN}: --device {device!r} is not a device ({first_line(exc)}); use cpu, cuda or cuda:N") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise ValueError(f"{_FN}: --device {device!r}: only cpu and cuda devices are supported")
+    if not torch.cuda.is_available():
+        why = "torch is a CPU build" if torch.version.cuda is None else "no CUDA GPU is visible"
+        raise ValueError(f"{_FN}: --device {device!r}: {why} (torch {torch.__version__}); use --device cpu")
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"{_FN}: --device {device!r}: this machine has {torch.cuda.device_count()} CUDA devices")
+    return dev
 
 
 def _tokenizer(src: str, transformers):

@@ -127,6 +127,17 @@ def _scheme(group: dict) -> tuple[LayerScheme | None, str]:
     return None, f"input_activations dynamic={dynamic!r} strategy={strategy!r} symmetric={symmetric!r}"
 
 
+def bad_regexes(patterns, what: str) -> str | None:
+    """``"<what> holds a bad regex '<p>' (<why>)"`` for the first ``re:`` pattern that does not compile, else None."""
+    for p in patterns:
+        if p.startswith("re:"):
+            try:
+                re.compile(p[3:])
+            except (re.error, RecursionError, OverflowError) as exc:
+                return f"{what} holds a bad regex {p!r} ({exc})"
+    return None
+
+
 def _patterns(value, what: str, where: str) -> list[str]:
     """A list of target / ignore patterns, each ``re:`` one compiled once to check it."""
     if value is None:
@@ -135,12 +146,9 @@ def _patterns(value, what: str, where: str) -> list[str]:
         value = [value]
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
         raise CheckpointError(f"w8a8.load_quantized: {where}: {what} must be a list of strings, got {value!r}")
-    for p in value:
-        if p.startswith("re:"):
-            try:
-                re.compile(p[3:])
-            except (re.error, RecursionError, OverflowError) as exc:
-                raise CheckpointError(f"w8a8.load_quantized: {where}: {what} holds a bad regex {p!r} ({exc})") from None
+    bad = bad_regexes(value, what)
+    if bad:
+        raise CheckpointError(f"w8a8.load_quantized: {where}: {bad}")
     return value
 
 

@@ -211,7 +211,9 @@ def load_float_quantized(model: nn.Module, path: str, config, device=None, dtype
     """Fill the meta ``model`` from the float safetensors of ``path``, quantizing the Linears
     ``config`` selects one at a time on ``device``; returns the QuantizationReport.
 
-    Every tensor is checked present (aliases, i.e. tied weights, count once) before any is read.
+    Every tensor is checked present (aliases, i.e. tied weights, count once), float where the
+    model's is, and of the model's shape, before any is read: CheckpointError naming the file, the
+    tensor, the expected and the actual shape.
     """
     from tqdm.auto import tqdm
 
@@ -242,9 +244,18 @@ def load_float_quantized(model: nn.Module, path: str, config, device=None, dtype
             f"{_FN}: {path} does not hold {len(missing)} weights of {type(model).__name__}"
             + (f" (from {origin})" if origin else "") + f": {missing[:5]}; they would be random"
         )
+    problems = []
     for name, info in ((n, infos[source[n]]) for n in source):
         if not info.dtype.is_floating_point and tensors[name].is_floating_point():
-            raise CheckpointError(f"{_FN}: {info.path}: {source[name]} is {info.dtype}, expected a float tensor")
+            problems.append(f"{info.path}: {source[name]} is {info.dtype}, expected a float tensor")
+        if info.shape != tuple(tensors[name].shape):
+            problems.append(f"{info.path}: {source[name]} has shape {list(info.shape)}, expected "
+                            f"{list(tensors[name].shape)} ({name} of {type(model).__name__})")
+    if problems:
+        raise CheckpointError(
+            f"{_FN}: {path} does not match {type(model).__name__}" + (f" (from {origin})" if origin else "")
+            + ":\n  " + "\n  ".join(dict.fromkeys(problems))
+        )
     files = {p: MappedFile(p) for p in {infos[s].path for s in source.values()}}
 
     def read(name: str) -> torch.Tensor:

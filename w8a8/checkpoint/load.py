@@ -43,6 +43,14 @@ def local_folder(path, fn: str = _FN) -> str:
             f"{fn}: {path!r} is not a local folder; Hugging Face Hub ids are not downloaded (w8a8 never uses "
             f"the network): download it first (huggingface-cli download {path} --local-dir DIR) and pass DIR"
         )
+    from w8a8.checkpoint.save import stale_siblings
+
+    left = stale_siblings(path)["old"]
+    if left:
+        raise CheckpointError(
+            f"{fn}: {path} does not exist; a save killed while swapping folders left the previous checkpoint at "
+            f"{left[-1]}: rename it to {path} (the next save_quantized to {path} does it)"
+        )
     raise CheckpointError(f"{fn}: {path} does not exist")
 
 
@@ -72,14 +80,16 @@ def read_config(ckpt_dir: str) -> dict:
 
 
 def _index_entries(ckpt_dir: str, index: str) -> dict[str, str]:
-    """weight_map of the index, each file name checked to be a plain ``.safetensors`` file of the folder."""
+    """weight_map of the index, each file name checked to be a plain ``.safetensors`` name in the folder.
+
+    The name may be a link (a Hugging Face cache snapshot links each file to ``../../blobs/``):
+    what is checked is the name the index gives, never where its link points.
+    """
     weight_map = read_json(index, "index").get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
         raise CheckpointError(f"{_FN}: {index}: weight_map must map tensor names to file names, got {type(weight_map).__name__}")
-    root = os.path.realpath(ckpt_dir)
     for name, fname in weight_map.items():
-        inside = os.path.dirname(os.path.realpath(os.path.join(root, fname))) == root
-        if os.path.basename(fname) != fname or fname in ("", ".", "..") or not inside:
+        if os.path.basename(fname) != fname or fname in ("", ".", "..") or (os.altsep and os.altsep in fname):
             raise CheckpointError(f"{_FN}: {index}: tensor {name!r} maps to {fname!r}, which is not a file of {ckpt_dir}")
         if not fname.endswith(".safetensors"):
             raise CheckpointError(f"{_FN}: {index}: tensor {name!r} maps to {fname!r}; only .safetensors files are read")

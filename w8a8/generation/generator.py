@@ -15,7 +15,7 @@ How, per (batch, cache length) "slot":
 * a transformers ``StaticCache`` of ``cache_len`` positions (the prompt plus the new tokens,
   rounded up to CACHE_ROUND so that other prompt lengths reuse the slot) and static input
   buffers: the token ids [B, 1] and the position ids [1, 1];
-* the step: ``model(input_ids, position_ids, past_key_values=cache, logits_to_keep=1)``,
+* the step: ``model(input_ids, position_ids, cache=cache, logits_to_keep=1)``,
   the greedy token written back into the id buffer and the position advanced, all on the
   GPU; warmed up on a side stream, then captured; the cache is reset afterwards (``reset``
   zeroes it in place, so the graph's addresses stay valid);
@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 import sys
 import warnings
@@ -105,6 +106,14 @@ def _decode_layer(module, key: torch.Tensor):
         return None
     layer = layers[index]
     return layer if getattr(layer, "keys", None) is key and torch.is_tensor(layer.cumulative_length) else None
+
+
+def _cache_keyword(model: nn.Module) -> str:
+    """The keyword the model's forward takes its cache by: ``cache`` (transformers >= 5.24, the
+    supported range), ``past_key_values`` where the forward names only that (earlier 5.x, whose
+    ``cache=`` would land unread in its kwargs)."""
+    params = inspect.signature(model.forward).parameters
+    return "past_key_values" if "cache" not in params and "past_key_values" in params else "cache"
 
 
 def triton_generation():
@@ -258,7 +267,7 @@ class Generator:
         """The model's forward on ``inputs`` into the slot's cache: its last logits [B, V]; the
         greedy token goes into ``slot.ids``."""
         with self._steps(slot):
-            out = self.model(**inputs, past_key_values=slot.cache, use_cache=True, logits_to_keep=1)
+            out = self.model(**inputs, **{_cache_keyword(self.model): slot.cache}, use_cache=True, logits_to_keep=1)
         logits = out.logits[:, -1]
         slot.ids.copy_(logits.argmax(-1, keepdim=True))
         return logits
