@@ -1,4 +1,4 @@
-"""Model-level fusion in eager (w8a8.fusion.eager): shared quantization, merged siblings, fused producers.
+"""Model-level fusion in eager (w8a8.fusion): shared quantization, merged siblings, fused producers.
 
 Every fused model is compared with the same quantized model unfused: on the CPU the ops run
 the reference, whose norm and SiLU math is transformers' own, so logits are bit-identical;
@@ -16,7 +16,8 @@ from torch import nn
 
 import w8a8
 from w8a8 import ops
-from w8a8.fusion import eager as fuse
+from w8a8 import fusion
+from w8a8.fusion import modules, plan
 from w8a8.linear import QuantizedActivation, W8A8Linear
 from helpers import DEVICES
 
@@ -98,7 +99,7 @@ def test_transformers_models_fused_equal_unfused(arch, merge):
 def test_fusion_report_names_groups_norms_and_mlps():
     fused = copy.deepcopy(_tiny("llama"))
     assert w8a8.quantize_model(fused, progress=False, report=False).fusion is None  # on the CPU: armed
-    report = fuse.fuse_model(fused, input_ids=torch.arange(8).reshape(1, 8))
+    report = fusion.fuse_model(fused, input_ids=torch.arange(8).reshape(1, 8))
     assert report.groups[0] == ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
                                 "model.layers.0.self_attn.v_proj"]
     assert ["model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj"] in report.groups
@@ -125,13 +126,14 @@ def test_save_and_reload_of_a_fused_model(tmp_path):
     w8a8.save_quantized(fused, str(tmp_path / "q"), progress=False)
     loaded = w8a8.from_pretrained(str(tmp_path / "q"), progress=False)  # fused again at its first forward
     plain = copy.deepcopy(loaded)
-    fuse.unfuse_model(plain)
+    fusion.unfuse_model(plain)
     assert list(plain.state_dict()) == list(fused.state_dict())
     ids = torch.arange(9).reshape(1, 9)
     with torch.inference_mode():
         for _ in range(2):  # recorded, then fused
             torch.testing.assert_close(loaded(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=0, atol=0)
-    assert loaded.model.layers[0].self_attn.k_proj._w8a8_group.merged_valid()
+    group = loaded.model.layers[0].self_attn.k_proj._w8a8_group
+    assert group.merged and group.rows_are_views()
 
 
 def test_casts_moves_and_assign_loads_rebuild_the_group():
@@ -143,20 +145,20 @@ def test_casts_moves_and_assign_loads_rebuild_the_group():
     with torch.inference_mode():
         torch.testing.assert_close(fused(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=0, atol=0)
     group = fused.model.layers[0].self_attn.q_proj._w8a8_group
-    assert group.merged_valid()  # rebuilt at its first eager call
+    assert group.merged and group.rows_are_views()  # merged again after the last member was cast
 
 
-def test_a_load_with_assign_drops_the_merged_tensors():
+def test_a_load_with_assign_merges_the_assigned_tensors():
     fused = _quantized(_tiny("llama"))
     attn = fused.model.layers[0].self_attn
     state = {k: v.clone() for k, v in fused.state_dict().items()}
     fused.load_state_dict(state, assign=True)
-    assert attn.q_proj._w8a8_group.weight is None  # under compile the members run on their own until ...
+    group = attn.q_proj._w8a8_group
+    assert group.merged and group.rows_are_views()  # merged again at the load, before any forward
     ids = torch.arange(5).reshape(1, 5)
     plain = _quantized(_tiny("llama"), fuse=False)
     with torch.inference_mode():
         torch.testing.assert_close(fused(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=0, atol=0)
-    assert attn.q_proj._w8a8_group.merged_valid()  # ... the next eager call merges them again
 
 
 def test_deepcopy_of_a_fused_model_is_independent():
@@ -164,7 +166,9 @@ def test_deepcopy_of_a_fused_model_is_independent():
     twin = copy.deepcopy(fused)
     g, g2 = fused.model.layers[0].self_attn.q_proj._w8a8_group, twin.model.layers[0].self_attn.q_proj._w8a8_group
     assert g2 is not g and g2.members[0] is twin.model.layers[0].self_attn.q_proj
-    assert twin.model.layers[0].input_layernorm._w8a8_norm[1] is g2
+    assert twin.model.layers[0].input_layernorm._w8a8_readers is g2
+    # the copy's members are views of one copied block: taken over as the merged tensor, not copied again
+    assert g2.merged and g2.rows_are_views() and g2.weight.data_ptr() == twin.model.layers[0].self_attn.q_proj.weight.data_ptr()
     ids = torch.arange(5).reshape(1, 5)
     with torch.inference_mode():
         torch.testing.assert_close(twin(input_ids=ids).logits, fused(input_ids=ids).logits, rtol=0, atol=0)
@@ -172,8 +176,9 @@ def test_deepcopy_of_a_fused_model_is_independent():
 
 def test_unfuse_restores_every_layer():
     fused = _quantized(_tiny("llama"))
-    fuse.unfuse_model(fused)
-    assert not any("_w8a8_group" in m.__dict__ or "forward" in m.__dict__ for m in fused.modules())
+    fusion.unfuse_model(fused)
+    assert not any(isinstance(m, modules.FUSED_CLASSES) for m in fused.modules())
+    assert not any(k.startswith("_w8a8_") for m in fused.model.modules() for k in m.__dict__)
     with torch.inference_mode(), _Count() as count:
         fused(input_ids=torch.arange(4).reshape(1, 4))
     assert count.calls == Counter(linear=14)
@@ -275,7 +280,7 @@ def test_quantized_activation_input():
 def test_fuse_false_and_unknown_modules_keep_todays_behaviour():
     model = _tiny("llama")
     plain = _quantized(model, fuse=False)
-    assert not any("_w8a8_group" in m.__dict__ or "forward" in m.__dict__ for m in plain.modules())
+    assert not any(isinstance(m, modules.FUSED_CLASSES) or "forward" in m.__dict__ for m in plain.modules())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -334,7 +339,7 @@ def test_what_is_left_alone():
         plain = copy.deepcopy(m)
         w8a8.quantize_model(plain, progress=False, skip=(), fuse=False)
         w8a8.quantize_model(m, progress=False, skip=(), fuse=False)
-        report = fuse.fuse_model(m, torch.randn(3, 32))
+        report = fusion.fuse_model(m, torch.randn(3, 32))
         # a runs twice, so h's readers form no group, and the norm feeds none
         assert report.groups == [] and report.norms == [] and report.mlps == []
         x = torch.randn(5, 32)
@@ -344,7 +349,7 @@ def test_what_is_left_alone():
     m = TwoOnOne().eval()
     calib = {n: 0.05 for n in ("left", "right", "out")}
     w8a8.quantize_model(m, progress=False, skip=(), act_quant="static", input_scales=calib)
-    report = fuse.fuse_model(m, torch.randn(2, 32))
+    report = fusion.fuse_model(m, torch.randn(2, 32))
     assert report.groups == []
 
 
@@ -364,7 +369,7 @@ def test_a_norm_feeding_a_group_is_fused_only_when_its_math_is_ours():
         plain = copy.deepcopy(m)
         w8a8.quantize_model(plain, progress=False, skip=(), fuse=False)
         w8a8.quantize_model(m, progress=False, skip=(), fuse=False)
-        report = fuse.fuse_model(m, torch.randn(3, 32))
+        report = fusion.fuse_model(m, torch.randn(3, 32))
         assert report.groups == [["a", "b"]] and report.norms == fused_norms
         x = torch.randn(4, 32)
         with torch.inference_mode():
@@ -378,7 +383,7 @@ def test_recording_keeps_no_activation_alive():
     import weakref
 
     _, fused = _two_on_one()
-    rec = fuse._Recorder(fused)
+    rec = plan._Recorder(fused)
     x = torch.randn(64, 32)
     with torch.inference_mode():
         fused(x)
