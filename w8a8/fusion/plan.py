@@ -89,14 +89,23 @@ class _Recorder:
         self._ids: dict[int, tuple[weakref.ref, int]] = {}
         self._prints: dict[int, torch.Tensor] = {}
         self.handles = []
+        self._pre: dict[int, object] = {}  # module -> its pre-hook
         for m in model.modules():
             if type(m) is W8A8Linear:  # subclasses (tensor-parallel shards) have forwards of their own
-                self.handles.append(m.register_forward_pre_hook(self._linear, with_kwargs=True))
+                self._pre[id(m)] = self._linear
             elif _norm_like(m):
-                self.handles.append(m.register_forward_pre_hook(self._norm_call, with_kwargs=True))
+                self._pre[id(m)] = self._norm_call
                 self.handles.append(m.register_forward_hook(self._norm))
             elif sum(type(c) is W8A8Linear for c in m.children()) >= 3:
-                self.handles.append(m.register_forward_pre_hook(self._mlp, with_kwargs=True))
+                self._pre[id(m)] = self._mlp
+            if id(m) in self._pre:
+                self.handles.append(m.register_forward_pre_hook(self._pre[id(m)], with_kwargs=True))
+
+    def root_called(self, model: nn.Module, args, kwargs) -> None:
+        """The model's own call, when the recorder was made inside it (its pre-hooks had started)."""
+        hook = self._pre.get(id(model))
+        if hook is not None:
+            hook(model, args, kwargs)
 
     def _key(self, x: torch.Tensor) -> int:
         seen = self._ids.get(id(x))
@@ -371,7 +380,7 @@ def fuse_model(model: nn.Module, *example_args, merge: bool = True, **example_kw
         return model.w8a8_fusion
     model._w8a8_armed = merge
     if "_w8a8_hooked" not in model.__dict__:  # module-level functions: deepcopy and pickle keep working
-        model.register_forward_pre_hook(_record_next_pre)
+        model.register_forward_pre_hook(_record_next_pre, with_kwargs=True)
         model.register_forward_hook(_record_next_post)
         model._w8a8_hooked = True
     return None
@@ -379,13 +388,14 @@ def fuse_model(model: nn.Module, *example_args, merge: bool = True, **example_kw
 
 # Both hooks test is_compiling() first: a compiled forward reads none of the recording state,
 # so recording (or not) never invalidates a compiled graph.
-def _record_next_pre(module: nn.Module, args) -> None:
+def _record_next_pre(module: nn.Module, args, kwargs) -> None:
     if torch.compiler.is_compiling():
         return
     if module.__dict__.get("_w8a8_armed") is None or "_w8a8_recorder" in module.__dict__:
         return
     if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
-        module._w8a8_recorder = _Recorder(module)
+        module._w8a8_recorder = rec = _Recorder(module)
+        rec.root_called(module, args, kwargs)
 
 
 def _record_next_post(module: nn.Module, args, output) -> None:
