@@ -236,6 +236,22 @@ def test_a_changed_eps_recompiles(graphs):
     assert len(graphs) == 2 and graphs[1][1]["add_rms_norm_quant"] == 2
 
 
+def test_compiled_block_follows_changes_made_after_fusion(graphs):
+    """Compiled from the same modules as eager: a replaced child (down kept in float) makes the
+    fused MLP run the model's own code in the graph too (Dynamo guards on the children), and
+    the compiled block equals eager. (Hooks registered after compiling are, as for any module,
+    not seen until a recompile: torch._dynamo.config.skip_nnmodule_hook_guards.)"""
+    block, _ = _fused_block(dtype=torch.float32)
+    compiled = torch.compile(block)
+    x, r = torch.randn(4, 64), torch.randn(4, 64)
+    _check_equal(compiled, block, x, r)
+    assert graphs[-1][0]["silu_mul_quant"] == 1
+    block.mlp.down = nn.Linear(96, 64, bias=False)
+    _check_equal(compiled, block, x, r)
+    ops, counts = graphs[-1]
+    assert ops["silu_mul_quant"] == 0 and ops["scaled_mm"] == 2  # q/k/v and gate/up merged, on the norms' codes
+
+
 def _check_after_inductor_norm(compiled, block, x, r):
     """A Block whose first norm stayed Inductor's: the residual sum is one bf16 add either way;
     the normed activation is within rounding of eager's (see NORM_REL_ERR); everything that

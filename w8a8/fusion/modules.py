@@ -48,14 +48,10 @@ def _hooked(modules) -> bool:
     """Whether a forward hook or pre-hook would run for any of ``modules`` (their own or global)."""
     if _module._global_forward_hooks or _module._global_forward_pre_hooks:
         return True
-    return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
-
-
-def _records_grad(x: torch.Tensor, *params) -> bool:
-    """Whether autograd would record a graph through ``x`` or ``params``: the fused ops have
-    no backward, so the model's own code runs and a backward meets the layers' inference-only
-    error, as unfused."""
-    return torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
+    for m in modules:
+        if m._forward_hooks or m._forward_pre_hooks:
+            return True
+    return False
 
 
 def _capturing(x: torch.Tensor) -> bool:
@@ -87,7 +83,9 @@ class _Computed:
     outputs: list | None = None
 
     def valid_for(self, x: torch.Tensor) -> bool:
-        return self.source() is x and _version(x) == self.version and _stream_id(x) == self.stream
+        if self.source() is not x or (-1 if x.is_inference() else x._version) != self.version:
+            return False
+        return (torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else 0) == self.stream
 
 
 def _computed(x: torch.Tensor, pending: list[bool], **fields) -> _Computed:
@@ -102,11 +100,13 @@ class SharedInput:
     Merged: ``weight``, ``weight_scale`` and ``bias`` are the members' tensors concatenated,
     and the members' parameters are row slices (views) of them, so the state dict keeps
     one tensor per layer. ``merged`` says whether that held at the last check: at each
-    eager round (storage addresses), after a member moved, was cast or loaded. A copy or
-    pickle leaves the merged tensors out; they are taken over from the members' storage
-    when it is still one block (``copy.deepcopy``, ``torch.save``) or concatenated anew.
-    Under ``torch.compile`` the members read slices of the merged tensors when ``merged``
-    (the graph pass merges linears on adjacent slices of one tensor), else their own.
+    eager round (storage addresses), after a member moved, was cast, loaded or given a new
+    parameter. A copy or pickle leaves the merged tensors out; once the copy is whole they
+    are taken over from the members' storage when it is still one block (``torch.save``
+    keeps it so) or concatenated anew (``pickle``, ``copy.deepcopy``). Under
+    ``torch.compile`` the members read slices of the merged tensors when ``merged`` (the
+    graph pass merges linears on adjacent slices of one tensor), else their own; a
+    parameter edited through ``.data`` after the last eager round is not seen there.
     """
 
     def __init__(self, members: list[W8A8Linear], merge: bool) -> None:
@@ -117,12 +117,13 @@ class SharedInput:
             self.offsets.append(self.offsets[-1] + m.out_features)
         self.weight = self.weight_scale = self.bias = None
         self.merged = False
+        self._rows = None  # per member, the addresses of its weight, weight_scale and bias rows in the merged tensors
         self._state: _Computed | None = None
         self._offered: _Computed | None = None  # codes a fused producer computed for the next read
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.update(weight=None, weight_scale=None, bias=None, merged=False, _state=None, _offered=None)
+        state.update(weight=None, weight_scale=None, bias=None, merged=False, _rows=None, _state=None, _offered=None)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -148,14 +149,19 @@ class SharedInput:
 
     def rows_are_views(self) -> bool:
         """Whether every member's parameters are still the rows of the merged tensors (storage
-        addresses compared)."""
-        for _, parts, merged in self._kinds():
-            if merged is None or parts[0].device != merged.device:
-                return False
-            base, row = merged.data_ptr(), merged.element_size() * (merged.stride(0) if merged.dim() > 1 else 1)
-            for t, a in zip(parts, self.offsets):
-                if t.data_ptr() != base + a * row:
+        addresses compared: one address space for host and devices)."""
+        rows = self._rows
+        if rows is None:
+            return False
+        try:
+            for m, (w, s, b) in zip(self.members, rows):
+                params = m._parameters
+                if params["weight"].data_ptr() != w or params["weight_scale"].data_ptr() != s:
                     return False
+                if b is not None and params["bias"].data_ptr() != b:
+                    return False
+        except (KeyError, AttributeError):  # a parameter deleted or set to None
+            return False
         return True
 
     def refresh(self) -> bool:
@@ -165,7 +171,7 @@ class SharedInput:
             return False
         if self.merged and self.rows_are_views():
             return True
-        self.merged = False
+        self.merged, self._rows = False, None
         ms = self.members
         if len({m.bias is None for m in ms}) != 1:
             return False
@@ -182,6 +188,10 @@ class SharedInput:
                     for m, a, b in zip(ms, self.offsets, self.offsets[1:]):
                         m._parameters[name] = _frozen(whole[a:b])
                 setattr(self, name, whole)
+        row_bytes = [t.element_size() * (t.stride(0) if t.dim() > 1 else 1) if t is not None else 0
+                     for t in (self.weight, self.weight_scale, self.bias)]
+        self._rows = [tuple(None if t is None else t.data_ptr() + a * n for t, n in
+                            zip((self.weight, self.weight_scale, self.bias), row_bytes)) for a in self.offsets[:-1]]
         self.merged = self.rows_are_views()
         return self.merged
 
@@ -220,25 +230,31 @@ class SharedInput:
             return False
         return (self.merged and self.rows_are_views()) or self.refresh()
 
-    def forward(self, member: "SharedInputLinear", x: torch.Tensor) -> torch.Tensor:
-        """``member(x)``: from what the group computed for this very ``x`` in this round (each
-        member reads it once; the state is dropped when all have), or computed now."""
-        i, state = member._w8a8_index, self._state
-        if state is not None and state.pending[i] and state.valid_for(x):
-            state.pending[i] = False
-            if not any(state.pending):
-                self._state = None
-            if state.outputs is not None:
-                out, state.outputs[i] = state.outputs[i], None
-                return out.contiguous()
-            return self._one(member, x, state.codes, state.scales)
+    def read(self, member: "SharedInputLinear", x: torch.Tensor) -> torch.Tensor | None:
+        """``member(x)`` from what this round computed for this very ``x`` (each member reads it
+        once; the state is dropped when all have), or None."""
+        state, i = self._state, member._w8a8_index
+        if state is None or not state.pending[i] or not state.valid_for(x):
+            return None
+        state.pending[i] = False
+        if not any(state.pending):
+            self._state = None
+        if state.outputs is not None:
+            out, state.outputs[i] = state.outputs[i], None
+            return out.contiguous()  # a column slice of the merged output: contiguous as nn.Linear's
+        return self._one(member, x, state.codes, state.scales)
+
+    def start(self, member: "SharedInputLinear", x: torch.Tensor) -> torch.Tensor:
+        """``member(x)`` as the first read of ``x`` in a round: its codes (the producer's or
+        quantized now) and, merged, every member's output, kept for the others."""
+        i = member._w8a8_index
         codes, scales = self._quantize(x)
         pending = [j != i for j in range(len(self.members))]
         if self._merged_for(x):
             outs = self._all(x, codes, scales)
             out, outs[i] = outs[i], None
             self._state = _computed(x, pending, outputs=outs) if any(pending) else None
-            return out.contiguous()  # a column slice of the merged output: contiguous as nn.Linear's
+            return out.contiguous()
         self._state = _computed(x, pending, codes=codes, scales=scales) if any(pending) else None
         return self._one(member, x, codes, scales)
 
@@ -285,12 +301,18 @@ class SharedInputLinear(W8A8Linear):
 
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         group = self._w8a8_group
-        if (not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[-1] != self.in_features
-                or x.stride(-1) != 1 or _records_grad(x) or _hooked(group.members)):
-            return W8A8Linear.forward(self, x)
         if torch.compiler.is_compiling():
-            return group.traced(self, x)
-        return group.forward(self, x)
+            return group.traced(self, x) if self._shares(x) else W8A8Linear.forward(self, x)
+        out = group.read(self, x)  # x passed the checks below when its round started
+        if out is not None:
+            return out
+        return group.start(self, x) if self._shares(x) else W8A8Linear.forward(self, x)
+
+    def _shares(self, x) -> bool:
+        """Whether ``x`` can start a round: a tensor of this width with unit stride along it, no
+        autograd recording, no hook on any member."""
+        return (isinstance(x, torch.Tensor) and x.shape[-1:] == (self.in_features,) and x.stride(-1) == 1
+                and not (torch.is_grad_enabled() and x.requires_grad) and not _hooked(self._w8a8_group.members))
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
@@ -324,9 +346,12 @@ class SharedInputLinear(W8A8Linear):
 def _same_objects(module: nn.Module, fixed: tuple) -> bool:
     """Whether the children and plain attributes the plan saw are still the module's."""
     modules, attrs = module._modules, module.__dict__
-    for name, value, is_child in fixed:
-        if (modules.get(name) if is_child else attrs.get(name, fixed)) is not value:
-            return False
+    try:
+        for name, value, is_child in fixed:
+            if (modules[name] if is_child else attrs[name]) is not value:
+                return False
+    except KeyError:
+        return False
     return True
 
 
@@ -356,16 +381,17 @@ class QuantizingRMSNorm(nn.Module):
     """
 
     def forward(self, *args, **kwargs):
-        base = self._w8a8_base
-        if len(args) != 1 or kwargs or not _same_objects(self, self._w8a8_fixed):
-            return base.forward(self, *args, **kwargs)
-        x, w, eps = args[0], getattr(self, self._w8a8_weight), getattr(self, self._w8a8_eps)
-        if (not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or type(eps) not in (float, int)
-                or not 0 <= eps < float("inf") or w.dim() != 1 or x.dtype != w.dtype or x.device != w.device
-                or x.dim() == 0 or x.shape[-1] != w.shape[0] or x.stride(-1) != 1 or _records_grad(x, w)):
-            return base.forward(self, *args, **kwargs)
+        fixed = self._w8a8_fixed
+        if len(args) != 1 or kwargs or (fixed and not _same_objects(self, fixed)):
+            return self._w8a8_base.forward(self, *args, **kwargs)
+        x, w, eps = args[0], self._parameters.get(self._w8a8_weight), getattr(self, self._w8a8_eps)
+        if (not isinstance(x, torch.Tensor) or w is None or type(eps) not in (float, int)
+                or not 0 <= eps < float("inf") or x.dtype != w.dtype or x.device != w.device
+                or x.shape[-1:] != w.shape or x.stride(-1) != 1
+                or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
+            return self._w8a8_base.forward(self, *args, **kwargs)
         codes, scales, normed = ops.rms_norm_quant(x, w, float(eps))
-        if not torch.compiler.is_compiling() and not _hooked((self,)):
+        if not (torch.compiler.is_compiling() or self._forward_hooks or _module._global_forward_hooks):
             self._w8a8_readers.offer(normed, codes, scales)
         return normed
 
@@ -390,14 +416,13 @@ class QuantizingGatedMLP(nn.Module):
     """
 
     def forward(self, *args, **kwargs):
-        base = self._w8a8_base
         if (len(args) != 1 or kwargs or (self.training and self._w8a8_eval_only)
                 or not _same_objects(self, self._w8a8_fixed)):
-            return base.forward(self, *args, **kwargs)
+            return self._w8a8_base.forward(self, *args, **kwargs)
         x, group, down = args[0], self._w8a8_group, self._w8a8_down
-        if (not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[-1] != group.members[0].in_features
-                or x.stride(-1) != 1 or _records_grad(x) or _hooked(self._modules.values())):
-            return base.forward(self, *args, **kwargs)
+        if (not isinstance(x, torch.Tensor) or x.shape[-1:] != (group.members[0].in_features,) or x.stride(-1) != 1
+                or (torch.is_grad_enabled() and x.requires_grad) or _hooked(self._modules.values())):
+            return self._w8a8_base.forward(self, *args, **kwargs)
         if torch.compiler.is_compiling():
             a, b = (group.traced(m, x) for m in group.members)
         else:
