@@ -28,9 +28,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import w8a8
-from w8a8 import ops, reference
+from w8a8 import reference
 from w8a8.fusion import modules as fused_modules
 from models import DecoderSize, TinyDecoder
+from op_count import OpCount
 
 transformers = pytest.importorskip("transformers")
 
@@ -116,30 +117,6 @@ def _assert_same(case, fused, plain, seed=3):
     return got
 
 
-class _Count:
-    """The w8a8 ops a forward runs: quantizers, fused producers, layers on their own (w8a8.linear,
-    which quantizes inside) and GEMMs on codes (scaled_mm)."""
-
-    NAMES = ("quantize_per_token", "rms_norm_quant", "silu_mul_quant", "linear", "scaled_mm")
-
-    def __enter__(self):
-        self.calls = Counter()
-        self._patches = [mock.patch.object(ops, n, side_effect=self._wrap(n, getattr(ops, n))) for n in self.NAMES]
-        for p in self._patches:
-            p.start()
-        return self
-
-    def _wrap(self, name, fn):
-        def call(*args, **kwargs):
-            self.calls[name] += 1
-            return fn(*args, **kwargs)
-        return call
-
-    def __exit__(self, *exc):
-        for p in self._patches:
-            p.stop()
-
-
 # Per decoder layer, fused: the input norm quantizes for q/k/v (one merged GEMM), the
 # post-attention norm for gate/up (one merged GEMM), SiLU-and-mul for down; o_proj quantizes
 # its own input (w8a8.linear). Unfused: seven w8a8.linear.
@@ -157,9 +134,9 @@ def test_fused_equals_unfused_bit_for_bit_at_odd_widths(arch, dtype):
     plain, fused = case.pair()
     for seed, batch, tokens in ((3, 2, 11), (4, 1, 1), (5, 3, 5)):
         x = case.inputs(seed, batch, tokens)
-        with _Count() as unfused_count:
+        with OpCount() as unfused_count:
             want = case.run(plain, x)
-        with _Count() as fused_count:
+        with OpCount() as fused_count:
             got = case.run(fused, x)
         assert torch.equal(got, want), f"seed {seed}: max diff {float((got.float() - want.float()).abs().max())}"
     per_forward = lambda c: Counter({k: v // LAYERS for k, v in c.calls.items()})  # noqa: E731
@@ -226,7 +203,7 @@ def test_pickle_save_and_deepcopy_of_a_fused_model(arch):
         group = _attn(case, layer).q_proj._w8a8_group
         assert group.members[0] is _attn(case, layer).q_proj and group is not _attn(case, case.layers(fused)[0]).q_proj._w8a8_group
         assert group.merged and group.rows_are_views(), how  # merged again as soon as the copy is whole
-        with _Count() as count:
+        with OpCount() as count:
             got = case.run(twin, case.inputs(3))
         assert torch.equal(got, want), how
         assert count.calls == Counter({k: v * LAYERS for k, v in FUSED_PER_LAYER.items()}), how
@@ -309,7 +286,7 @@ def test_a_changed_eps_is_followed(arch):
         for norm in _norms(case, model):
             setattr(norm, _eps_name(case), 0.25)
     assert isinstance(_norms(case, fused)[0], fused_modules.QuantizingRMSNorm)
-    with _Count() as count:
+    with OpCount() as count:
         got = _assert_same(case, fused, plain)
     assert not torch.equal(got, before)
     assert count.calls["rms_norm_quant"] == 2 * LAYERS  # still fused, with the new eps
@@ -341,7 +318,7 @@ def test_hooks_fire_and_see_what_they_see_unfused(arch):
         assert type(a) is torch.Tensor and torch.equal(a, b)
     for h in handles:
         h.remove()
-    with _Count() as count:
+    with OpCount() as count:
         case.run(fused, case.inputs(3))
     assert count.calls == Counter({k: v * LAYERS for k, v in FUSED_PER_LAYER.items()})
 
@@ -526,7 +503,7 @@ def test_an_mlp_with_dropout_is_fused_in_eval_mode_only():
     with torch.inference_mode():
         model(x)
         assert model.w8a8_fusion.mlps == [""]
-        with _Count() as count:
+        with OpCount() as count:
             model(x)
         assert count.calls["silu_mul_quant"] == 1
         model.train()

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from unittest import mock
 
 import pytest
 import torch
 from torch import nn
 
 import w8a8
-from w8a8 import ops
 from w8a8 import fusion
 from w8a8.fusion import modules, plan
 from w8a8.linear import QuantizedActivation, W8A8Linear
 from helpers import DEVICES
+from op_count import OpCount
 
 transformers = pytest.importorskip("transformers")
 
@@ -53,32 +52,6 @@ def _quantized(model, **kw):
     return m
 
 
-class _Count:
-    """Counts the quantizations a forward runs: each quantizer, fused producer and w8a8.linear
-    (a layer on its own quantizes its input inside it)."""
-
-    NAMES = ("quantize_per_token", "rms_norm_quant", "silu_mul_quant", "linear")
-
-    def __init__(self):
-        self.calls = Counter()
-
-    def __enter__(self):
-        self._patches = [mock.patch.object(ops, n, side_effect=self._wrap(n, getattr(ops, n))) for n in self.NAMES]
-        for p in self._patches:
-            p.start()
-        return self
-
-    def _wrap(self, name, fn):
-        def call(*args, **kwargs):
-            self.calls[name] += 1
-            return fn(*args, **kwargs)
-        return call
-
-    def __exit__(self, *exc):
-        for p in self._patches:
-            p.stop()
-
-
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
 @pytest.mark.parametrize("merge", [True, False])
 def test_transformers_models_fused_equal_unfused(arch, merge):
@@ -87,13 +60,15 @@ def test_transformers_models_fused_equal_unfused(arch, merge):
     ids = torch.randint(0, 128, (2, 11), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         want = plain(input_ids=ids).logits
-        with _Count() as count:
+        with OpCount() as count:
             got = fused(input_ids=ids).logits
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     layers = TINY["num_hidden_layers"]
     # one quantization per distinct activation: qkv <- input norm, gate/up <- post-attention norm,
-    # down <- silu*mul, o_proj on its own
-    assert count.calls == Counter(rms_norm_quant=2 * layers, silu_mul_quant=layers, linear=layers)
+    # down <- silu*mul, o_proj on its own; merged: one GEMM for q/k/v and one for gate/up
+    gemms = 3 if merge else 6
+    assert count.calls == Counter(rms_norm_quant=2 * layers, silu_mul_quant=layers, linear=layers,
+                                  scaled_mm=gemms * layers)
 
 
 def test_fusion_report_names_groups_norms_and_mlps():
@@ -179,7 +154,7 @@ def test_unfuse_restores_every_layer():
     fusion.unfuse_model(fused)
     assert not any(isinstance(m, modules.FUSED_CLASSES) for m in fused.modules())
     assert not any(k.startswith("_w8a8_") for m in fused.model.modules() for k in m.__dict__)
-    with torch.inference_mode(), _Count() as count:
+    with torch.inference_mode(), OpCount() as count:
         fused(input_ids=torch.arange(4).reshape(1, 4))
     assert count.calls == Counter(linear=14)
 
@@ -214,10 +189,10 @@ def test_a_plain_module_is_fused_at_its_first_forward(device):
         torch.testing.assert_close(fused(x), plain(x), rtol=0, atol=0)  # the recorded forward
         assert fused.left._w8a8_group is fused.right._w8a8_group
         assert fused.w8a8_fusion.groups == [["left", "right"]] and fused.w8a8_fusion.merged == [["left", "right"]]
-        with _Count() as count:
+        with OpCount() as count:
             got = fused(x)
         torch.testing.assert_close(got, plain(x), rtol=0, atol=0)
-    assert count.calls == Counter(quantize_per_token=1, linear=1)  # one for left+right, one in out
+    assert count.calls == Counter(quantize_per_token=1, scaled_mm=1, linear=1)  # one for left+right, one in out
 
 
 @pytest.mark.parametrize("device", DEVICES)
