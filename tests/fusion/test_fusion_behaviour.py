@@ -249,6 +249,23 @@ def test_moves_casts_and_loads_keep_fused_equal_to_unfused(arch):
         assert not torch.equal(got, before)
 
 
+def test_load_state_dict_after_the_recorded_forward_under_inference_mode():
+    """The merged tensors made during a forward under inference_mode are normal tensors: the
+    parameters stay editable in place afterwards."""
+    case = Case("llama")
+    plain, fused = case.pair()  # recorded under inference_mode
+    q = _attn(case, case.layers(fused)[0]).q_proj
+    assert not q.weight.is_inference() and not q._w8a8_group.weight.is_inference()
+    other = copy.deepcopy(case.model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(0.5)
+    w8a8.quantize_model(other, progress=False, report=False, fuse=False)
+    for model in (plain, fused):
+        model.load_state_dict(other.state_dict())
+    _assert_same(case, fused, plain)
+
+
 # --- changes after fusion are followed ------------------------------------------------------------
 
 
@@ -500,9 +517,10 @@ def test_an_mlp_with_dropout_is_fused_in_eval_mode_only():
     model = DropoutMLP().eval()
     w8a8.quantize_model(model, progress=False, skip=())
     x = torch.randn(4, 32)
+    rng = torch.get_rng_state()
     with torch.inference_mode():
-        model(x)
-        assert model.w8a8_fusion.mlps == [""]
+        model(x)  # recorded; the probe in training mode draws its dropout from a forked generator
+        assert model.w8a8_fusion.mlps == [""] and torch.equal(torch.get_rng_state(), rng)
         with OpCount() as count:
             model(x)
         assert count.calls["silu_mul_quant"] == 1
@@ -512,3 +530,18 @@ def test_an_mlp_with_dropout_is_fused_in_eval_mode_only():
         torch.manual_seed(5)
         want = DropoutMLP.forward(model, x)
     assert torch.equal(got, want)  # dropout ran: the model's own code
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_torch_export_of_a_fused_model_is_the_unfused_program(strict):
+    """An exported program gets no Inductor pass to join the fused modules' ops: the fused
+    modules export the model's own code (one w8a8.linear per layer, nothing else lifted)."""
+    case = Case("tiny")
+    plain, fused = case.pair()
+    x = case.inputs(3)
+    with torch.no_grad():
+        ep = torch.export.export(fused, (x,), strict=strict)
+    code = ep.graph_module.code
+    assert code.count("w8a8.linear") == 7 * LAYERS and "rms_norm_quant" not in code and not ep.constants
+    with torch.no_grad():
+        assert torch.equal(ep.module()(x), case.run(plain, x))

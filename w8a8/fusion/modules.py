@@ -180,7 +180,9 @@ class SharedInput:
             return False  # mid-move (``.to()`` goes member by member) or mixed dtypes: not mergeable now
         if any(p.requires_grad for _, parts, _ in kinds for p in parts) or _capturing(ms[0].weight):
             return False
-        with torch.no_grad():
+        # Normal tensors even when the first forward (the recorded one) runs under inference_mode:
+        # the parameters stay editable in place outside it (load_state_dict).
+        with torch.no_grad(), torch.inference_mode(False):
             for name, parts, _ in kinds:
                 whole = self._adjacent(parts)
                 if whole is None:  # concatenated, and the members' parameters become views of it
@@ -301,8 +303,9 @@ class SharedInputLinear(W8A8Linear):
 
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         group = self._w8a8_group
-        if torch.compiler.is_compiling():
-            return group.traced(self, x) if self._shares(x) else W8A8Linear.forward(self, x)
+        if torch.compiler.is_compiling():  # torch.export: the layer on its own (the joins are Inductor's)
+            shared = not torch.compiler.is_exporting() and self._shares(x)
+            return group.traced(self, x) if shared else W8A8Linear.forward(self, x)
         out = group.read(self, x)  # x passed the checks below when its round started
         if out is not None:
             return out
@@ -390,8 +393,11 @@ class QuantizingRMSNorm(nn.Module):
                 or x.shape[-1:] != w.shape or x.stride(-1) != 1
                 or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
             return self._w8a8_base.forward(self, *args, **kwargs)
+        compiling = torch.compiler.is_compiling()
+        if compiling and torch.compiler.is_exporting():  # an exported program gets no graph pass to join the codes
+            return self._w8a8_base.forward(self, *args, **kwargs)
         codes, scales, normed = ops.rms_norm_quant(x, w, float(eps))
-        if not (torch.compiler.is_compiling() or self._forward_hooks or _module._global_forward_hooks):
+        if not (compiling or self._forward_hooks or _module._global_forward_hooks):
             self._w8a8_readers.offer(normed, codes, scales)
         return normed
 
@@ -424,6 +430,8 @@ class QuantizingGatedMLP(nn.Module):
                 or (torch.is_grad_enabled() and x.requires_grad) or _hooked(self._modules.values())):
             return self._w8a8_base.forward(self, *args, **kwargs)
         if torch.compiler.is_compiling():
+            if torch.compiler.is_exporting():  # the model's own code: see QuantizingRMSNorm
+                return self._w8a8_base.forward(self, *args, **kwargs)
             a, b = (group.traced(m, x) for m in group.members)
         else:
             a, b = group.outputs(x)

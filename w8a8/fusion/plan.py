@@ -239,7 +239,7 @@ def _mode_matters(module: nn.Module, x: torch.Tensor, want: torch.Tensor) -> boo
     modes = [(m, m.training) for m in module.modules()]
     try:
         module.train(not module.training)
-        with torch.no_grad():
+        with torch.no_grad(), torch.random.fork_rng(devices=[x.device] if x.is_cuda else []):
             return not _same(type(module).forward(module, x), want)
     except Exception:
         return True
@@ -321,7 +321,7 @@ def _plan(model: nn.Module, rec: _Recorder, merge: bool) -> FusionReport:
             swap_in(m, SharedInputLinear, group=group, index=i)
         group.refresh()
         report.groups.append([names.get(id(m), "?") for m in members])
-        if group.merge:
+        if group.merged:
             report.merged.append(report.groups[-1])
     for key, (norm, wname, eps_name) in norms.items():
         x = _probe(getattr(norm, wname).shape[0], rec.like[key])
