@@ -115,6 +115,13 @@ class SharedInput:
         self.offsets = [0]
         for m in members:
             self.offsets.append(self.offsets[-1] + m.out_features)
+        # (first column, width, count) of each run of members of one width: q, then k and v together
+        self.runs: list[tuple[int, int, int]] = []
+        for a, m in zip(self.offsets, members):
+            if self.runs and self.runs[-1][1] == m.out_features:
+                self.runs[-1] = (*self.runs[-1][:2], self.runs[-1][2] + 1)
+            else:
+                self.runs.append((a, m.out_features, 1))
         self.weight = self.weight_scale = self.bias = None
         self.merged = False
         self._rows = None  # per member, the addresses of its weight, weight_scale and bias rows in the merged tensors
@@ -243,7 +250,7 @@ class SharedInput:
             self._state = None
         if state.outputs is not None:
             out, state.outputs[i] = state.outputs[i], None
-            return out.contiguous()  # a column slice of the merged output: contiguous as nn.Linear's
+            return out
         return self._one(member, x, state.codes, state.scales)
 
     def start(self, member: "SharedInputLinear", x: torch.Tensor) -> torch.Tensor:
@@ -253,10 +260,10 @@ class SharedInput:
         codes, scales = self._quantize(x)
         pending = [j != i for j in range(len(self.members))]
         if self._merged_for(x):
-            outs = self._all(x, codes, scales)
+            outs = self._all(x, codes, scales, contiguous=True)
             out, outs[i] = outs[i], None
             self._state = _computed(x, pending, outputs=outs) if any(pending) else None
-            return out.contiguous()
+            return out
         self._state = _computed(x, pending, codes=codes, scales=scales) if any(pending) else None
         return self._one(member, x, codes, scales)
 
@@ -266,14 +273,26 @@ class SharedInput:
         codes, scales = self._quantize(x)
         self._state = None
         if self._merged_for(x):
-            return self._all(x, codes, scales)
+            return self._all(x, codes, scales, contiguous=False)
         return [self._one(m, x, codes, scales) for m in self.members]
 
-    def _all(self, x, codes, scales) -> list[torch.Tensor]:
-        m0 = self.members[0]
+    def _all(self, x, codes, scales, contiguous: bool) -> list[torch.Tensor]:
+        """Every member's output from one GEMM over the merged weights: column slices of its
+        output, or (``contiguous``, more than one row) contiguous blocks as nn.Linear gives,
+        copied out with one copy per run of members of one width (q; k and v)."""
+        m0, lead = self.members[0], x.shape[:-1]
         out = ops.scaled_mm(codes, self.weight, scales, self.weight_scale, self.bias, x.dtype, backend=m0.backend)
-        out = out.view(*x.shape[:-1], out.shape[-1])
-        return [out[..., a:b] for a, b in zip(self.offsets, self.offsets[1:])]
+        rows = out.shape[0]
+        if not contiguous or rows == 1:
+            out = out.view(*lead, out.shape[-1])
+            return [out[..., a:b] for a, b in zip(self.offsets, self.offsets[1:])]
+        blocks = torch.empty(out.numel(), dtype=out.dtype, device=out.device)
+        outs = []
+        for a, n, count in self.runs:
+            run = blocks[rows * a:rows * (a + n * count)].view(count, rows, n)
+            run.permute(1, 0, 2).copy_(out[:, a:a + n * count].view(rows, count, n))
+            outs += [run[j].view(*lead, n) for j in range(count)]
+        return outs
 
     @staticmethod
     def _one(member: W8A8Linear, x, codes, scales) -> torch.Tensor:
