@@ -27,7 +27,7 @@ def _stack(device, act_quant="dynamic"):
     if act_quant == "static":  # calibrated-looking per-tensor scales: |x| <= ~4 over 127 codes
         scales = {name: 4.0 / 127 for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     w8a8.quantize_model(model, skip=("lm_head",), act_quant=act_quant, input_scales=scales, progress=False)
-    with torch.inference_mode():  # the warm-up forward: w8a8.fusion.eager records it, the model is fused from here on
+    with torch.inference_mode():  # the warm-up forward: w8a8.fusion records it and swaps in the fused modules
         model(_inputs(2, device, dtype))
     return model, dtype
 
