@@ -226,9 +226,6 @@ class W8A8Linear(nn.Module):
             self._parameters.update(moved)
         # The kept folded bias would no longer match anyway; dropping it frees the old device's copy now.
         self.__dict__.pop("_w8a8_folded_bias", None)
-        group = self.__dict__.get("_w8a8_group")
-        if group is not None:  # the parameters are no longer views of the group's merged tensors
-            group.invalidate()
         return self
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
@@ -259,22 +256,12 @@ class W8A8Linear(nn.Module):
             error_msgs.extend(f"W8A8Linear: {p}" for p in problems)
             return
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        group = self.__dict__.get("_w8a8_group")
-        if group is not None and local_metadata.get("assign_to_params_buffers"):
-            group.invalidate()  # assigned tensors are no longer views of the group's merged ones
 
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
-        """``x`` float [..., in_features], or a ``QuantizedActivation`` (dynamic layers only).
-        A layer in a ``w8a8.fusion.eager`` group shares its input's quantization with its siblings."""
+        """``x`` float [..., in_features]: ``w8a8.linear`` (quantize x, then the scaled GEMM); or
+        a ``QuantizedActivation`` (dynamic layers only): the GEMM alone (``forward_quantized``)."""
         if isinstance(x, QuantizedActivation):
             return self.forward_quantized(x)
-        group = self.__dict__.get("_w8a8_group")
-        if group is not None:
-            return group.forward(self, x)
-        return self.plain_forward(x)
-
-    def plain_forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The layer on its own: ``w8a8.linear`` (quantize x, then the scaled GEMM)."""
         return ops.linear(x, self.weight, self.weight_scale, self.folded_bias(), self.input_scale,
                           self.input_zero_point, backend=self.backend)
 
@@ -297,11 +284,6 @@ class W8A8Linear(nn.Module):
         out = ops.scaled_mm(codes.reshape(-1, k), self.weight, scales.reshape(-1, 1), self.weight_scale, self.bias,
                             x.dtype, backend=self.backend)
         return out.view(*codes.shape[:-1], self.out_features)
-
-    def clear_group(self) -> None:
-        """Leave a ``w8a8.fusion.eager`` group: the layer runs on its own again."""
-        self.__dict__.pop("_w8a8_group", None)
-        self.__dict__.pop("_w8a8_index", None)
 
     def folded_bias(self) -> torch.Tensor | None:
         """The bias the epilogue adds: ``bias``, or with an input zero point the fp32

@@ -200,8 +200,9 @@ def _no_context(ctx, inputs, output) -> None:
     pass
 
 
-# Inference only: a backward through the ops (W8A8Linear) raises this, not a silent zero.
-for _name in ("scaled_mm", "linear"):
+# Inference only: a backward through the ops (W8A8Linear, the fused producers) raises this, not a
+# silent zero or a missing gradient.
+for _name in ("scaled_mm", "linear", "rms_norm_quant", "add_rms_norm_quant", "silu_mul_quant"):
     torch.library.register_autograd(f"w8a8::{_name}", _inference_only(_name), setup_context=_no_context)
 
 

@@ -26,7 +26,7 @@ class QuantizationReport:
     sqnr_db: dict[str, float] = dataclasses.field(default_factory=dict)
     unmatched_skip: list[str] = dataclasses.field(default_factory=list)  # skip patterns that matched no Linear
     unmatched_include: list[str] = dataclasses.field(default_factory=list)  # include patterns that matched no Linear
-    fusion: Any = None  # w8a8.fusion.eager.FusionReport; None: not fused, or fused at the model's first forward
+    fusion: Any = None  # w8a8.fusion.FusionReport; None: not fused, or fused at the model's first forward
 
     def summary(self) -> str:
         lines = [f"replaced {len(self.replaced)} Linear layers, skipped {len(self.skipped)}"]
@@ -374,11 +374,10 @@ def apply_fusion(model: nn.Module, merge: bool = True):
     Recorded from a probe forward (8 token ids) for a transformers model on a GPU; any
     other model, or one on the CPU (where a probe of a large model would take minutes), is
     recorded at its first eager forward. Returns the FusionReport, or None when armed."""
-    from w8a8.fusion import eager as fuse_mod
-    from w8a8.fusion import inductor as fusion
+    from w8a8.fusion import inductor, plan
 
-    fusion.install()
-    probe = fuse_mod.probe_inputs(model)
+    inductor.install()
+    probe = plan.probe_inputs(model)
     if probe is None or probe["input_ids"].device.type == "cpu":
-        return fuse_mod.fuse_model(model, merge=merge)
-    return fuse_mod.fuse_model(model, merge=merge, **probe)
+        return plan.fuse_model(model, merge=merge)
+    return plan.fuse_model(model, merge=merge, **probe)

@@ -157,9 +157,14 @@ def rms_norm(s: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """``p`` of the module docstring: LlamaMLP's SiLU(gate) * up, in gate's dtype."""
+    """``p`` of the module docstring: LlamaMLP's SiLU(gate) * up, in gate's dtype.
+
+    SiLU runs on a contiguous gate in its own dtype, as transformers runs it on the output
+    of gate_proj: on the CPU torch's SiLU rounds the elements its vector loop leaves over
+    (a row's tail, for a strided gate such as a column half of a merged GEMM's output)
+    through another exp, and the result must not depend on the gate's strides."""
     dt = gate.dtype
-    a = torch.nn.functional.silu(gate.float()).to(dt)
+    a = torch.nn.functional.silu(gate.contiguous())
     return (a.float() * up.float()).to(dt)
 
 

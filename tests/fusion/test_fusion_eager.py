@@ -1,4 +1,4 @@
-"""Model-level fusion in eager (w8a8.fusion.eager): shared quantization, merged siblings, fused producers.
+"""Model-level fusion in eager (w8a8.fusion): shared quantization, merged siblings, fused producers.
 
 Every fused model is compared with the same quantized model unfused: on the CPU the ops run
 the reference, whose norm and SiLU math is transformers' own, so logits are bit-identical;
@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from unittest import mock
 
 import pytest
 import torch
 from torch import nn
 
 import w8a8
-from w8a8 import ops
-from w8a8.fusion import eager as fuse
+from w8a8 import fusion
+from w8a8.fusion import modules, plan
 from w8a8.linear import QuantizedActivation, W8A8Linear
 from helpers import DEVICES
+from op_count import OpCount
 
 transformers = pytest.importorskip("transformers")
 
@@ -52,32 +52,6 @@ def _quantized(model, **kw):
     return m
 
 
-class _Count:
-    """Counts the quantizations a forward runs: each quantizer, fused producer and w8a8.linear
-    (a layer on its own quantizes its input inside it)."""
-
-    NAMES = ("quantize_per_token", "rms_norm_quant", "silu_mul_quant", "linear")
-
-    def __init__(self):
-        self.calls = Counter()
-
-    def __enter__(self):
-        self._patches = [mock.patch.object(ops, n, side_effect=self._wrap(n, getattr(ops, n))) for n in self.NAMES]
-        for p in self._patches:
-            p.start()
-        return self
-
-    def _wrap(self, name, fn):
-        def call(*args, **kwargs):
-            self.calls[name] += 1
-            return fn(*args, **kwargs)
-        return call
-
-    def __exit__(self, *exc):
-        for p in self._patches:
-            p.stop()
-
-
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
 @pytest.mark.parametrize("merge", [True, False])
 def test_transformers_models_fused_equal_unfused(arch, merge):
@@ -86,19 +60,21 @@ def test_transformers_models_fused_equal_unfused(arch, merge):
     ids = torch.randint(0, 128, (2, 11), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         want = plain(input_ids=ids).logits
-        with _Count() as count:
+        with OpCount() as count:
             got = fused(input_ids=ids).logits
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     layers = TINY["num_hidden_layers"]
     # one quantization per distinct activation: qkv <- input norm, gate/up <- post-attention norm,
-    # down <- silu*mul, o_proj on its own
-    assert count.calls == Counter(rms_norm_quant=2 * layers, silu_mul_quant=layers, linear=layers)
+    # down <- silu*mul, o_proj on its own; merged: one GEMM for q/k/v and one for gate/up
+    gemms = 3 if merge else 6
+    assert count.calls == Counter(rms_norm_quant=2 * layers, silu_mul_quant=layers, linear=layers,
+                                  scaled_mm=gemms * layers)
 
 
 def test_fusion_report_names_groups_norms_and_mlps():
     fused = copy.deepcopy(_tiny("llama"))
     assert w8a8.quantize_model(fused, progress=False, report=False).fusion is None  # on the CPU: armed
-    report = fuse.fuse_model(fused, input_ids=torch.arange(8).reshape(1, 8))
+    report = fusion.fuse_model(fused, input_ids=torch.arange(8).reshape(1, 8))
     assert report.groups[0] == ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
                                 "model.layers.0.self_attn.v_proj"]
     assert ["model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj"] in report.groups
@@ -125,13 +101,14 @@ def test_save_and_reload_of_a_fused_model(tmp_path):
     w8a8.save_quantized(fused, str(tmp_path / "q"), progress=False)
     loaded = w8a8.from_pretrained(str(tmp_path / "q"), progress=False)  # fused again at its first forward
     plain = copy.deepcopy(loaded)
-    fuse.unfuse_model(plain)
+    fusion.unfuse_model(plain)
     assert list(plain.state_dict()) == list(fused.state_dict())
     ids = torch.arange(9).reshape(1, 9)
     with torch.inference_mode():
         for _ in range(2):  # recorded, then fused
             torch.testing.assert_close(loaded(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=0, atol=0)
-    assert loaded.model.layers[0].self_attn.k_proj._w8a8_group.merged_valid()
+    group = loaded.model.layers[0].self_attn.k_proj._w8a8_group
+    assert group.merged and group.rows_are_views()
 
 
 def test_casts_moves_and_assign_loads_rebuild_the_group():
@@ -143,20 +120,20 @@ def test_casts_moves_and_assign_loads_rebuild_the_group():
     with torch.inference_mode():
         torch.testing.assert_close(fused(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=0, atol=0)
     group = fused.model.layers[0].self_attn.q_proj._w8a8_group
-    assert group.merged_valid()  # rebuilt at its first eager call
+    assert group.merged and group.rows_are_views()  # merged again after the last member was cast
 
 
-def test_a_load_with_assign_drops_the_merged_tensors():
+def test_a_load_with_assign_merges_the_assigned_tensors():
     fused = _quantized(_tiny("llama"))
     attn = fused.model.layers[0].self_attn
     state = {k: v.clone() for k, v in fused.state_dict().items()}
     fused.load_state_dict(state, assign=True)
-    assert attn.q_proj._w8a8_group.weight is None  # under compile the members run on their own until ...
+    group = attn.q_proj._w8a8_group
+    assert group.merged and group.rows_are_views()  # merged again at the load, before any forward
     ids = torch.arange(5).reshape(1, 5)
     plain = _quantized(_tiny("llama"), fuse=False)
     with torch.inference_mode():
         torch.testing.assert_close(fused(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=0, atol=0)
-    assert attn.q_proj._w8a8_group.merged_valid()  # ... the next eager call merges them again
 
 
 def test_deepcopy_of_a_fused_model_is_independent():
@@ -164,7 +141,9 @@ def test_deepcopy_of_a_fused_model_is_independent():
     twin = copy.deepcopy(fused)
     g, g2 = fused.model.layers[0].self_attn.q_proj._w8a8_group, twin.model.layers[0].self_attn.q_proj._w8a8_group
     assert g2 is not g and g2.members[0] is twin.model.layers[0].self_attn.q_proj
-    assert twin.model.layers[0].input_layernorm._w8a8_norm[1] is g2
+    assert twin.model.layers[0].input_layernorm._w8a8_readers is g2
+    # the copy's members are views of one copied block: taken over as the merged tensor, not copied again
+    assert g2.merged and g2.rows_are_views() and g2.weight.data_ptr() == twin.model.layers[0].self_attn.q_proj.weight.data_ptr()
     ids = torch.arange(5).reshape(1, 5)
     with torch.inference_mode():
         torch.testing.assert_close(twin(input_ids=ids).logits, fused(input_ids=ids).logits, rtol=0, atol=0)
@@ -172,9 +151,10 @@ def test_deepcopy_of_a_fused_model_is_independent():
 
 def test_unfuse_restores_every_layer():
     fused = _quantized(_tiny("llama"))
-    fuse.unfuse_model(fused)
-    assert not any("_w8a8_group" in m.__dict__ or "forward" in m.__dict__ for m in fused.modules())
-    with torch.inference_mode(), _Count() as count:
+    fusion.unfuse_model(fused)
+    assert not any(isinstance(m, modules.FUSED_CLASSES) for m in fused.modules())
+    assert not any(k.startswith("_w8a8_") for m in fused.model.modules() for k in m.__dict__)
+    with torch.inference_mode(), OpCount() as count:
         fused(input_ids=torch.arange(4).reshape(1, 4))
     assert count.calls == Counter(linear=14)
 
@@ -209,10 +189,10 @@ def test_a_plain_module_is_fused_at_its_first_forward(device):
         torch.testing.assert_close(fused(x), plain(x), rtol=0, atol=0)  # the recorded forward
         assert fused.left._w8a8_group is fused.right._w8a8_group
         assert fused.w8a8_fusion.groups == [["left", "right"]] and fused.w8a8_fusion.merged == [["left", "right"]]
-        with _Count() as count:
+        with OpCount() as count:
             got = fused(x)
         torch.testing.assert_close(got, plain(x), rtol=0, atol=0)
-    assert count.calls == Counter(quantize_per_token=1, linear=1)  # one for left+right, one in out
+    assert count.calls == Counter(quantize_per_token=1, scaled_mm=1, linear=1)  # one for left+right, one in out
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -275,7 +255,7 @@ def test_quantized_activation_input():
 def test_fuse_false_and_unknown_modules_keep_todays_behaviour():
     model = _tiny("llama")
     plain = _quantized(model, fuse=False)
-    assert not any("_w8a8_group" in m.__dict__ or "forward" in m.__dict__ for m in plain.modules())
+    assert not any(isinstance(m, modules.FUSED_CLASSES) or "forward" in m.__dict__ for m in plain.modules())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -334,7 +314,7 @@ def test_what_is_left_alone():
         plain = copy.deepcopy(m)
         w8a8.quantize_model(plain, progress=False, skip=(), fuse=False)
         w8a8.quantize_model(m, progress=False, skip=(), fuse=False)
-        report = fuse.fuse_model(m, torch.randn(3, 32))
+        report = fusion.fuse_model(m, torch.randn(3, 32))
         # a runs twice, so h's readers form no group, and the norm feeds none
         assert report.groups == [] and report.norms == [] and report.mlps == []
         x = torch.randn(5, 32)
@@ -344,7 +324,7 @@ def test_what_is_left_alone():
     m = TwoOnOne().eval()
     calib = {n: 0.05 for n in ("left", "right", "out")}
     w8a8.quantize_model(m, progress=False, skip=(), act_quant="static", input_scales=calib)
-    report = fuse.fuse_model(m, torch.randn(2, 32))
+    report = fusion.fuse_model(m, torch.randn(2, 32))
     assert report.groups == []
 
 
@@ -364,7 +344,7 @@ def test_a_norm_feeding_a_group_is_fused_only_when_its_math_is_ours():
         plain = copy.deepcopy(m)
         w8a8.quantize_model(plain, progress=False, skip=(), fuse=False)
         w8a8.quantize_model(m, progress=False, skip=(), fuse=False)
-        report = fuse.fuse_model(m, torch.randn(3, 32))
+        report = fusion.fuse_model(m, torch.randn(3, 32))
         assert report.groups == [["a", "b"]] and report.norms == fused_norms
         x = torch.randn(4, 32)
         with torch.inference_mode():
@@ -378,7 +358,7 @@ def test_recording_keeps_no_activation_alive():
     import weakref
 
     _, fused = _two_on_one()
-    rec = fuse._Recorder(fused)
+    rec = plan._Recorder(fused)
     x = torch.randn(64, 32)
     with torch.inference_mode():
         fused(x)

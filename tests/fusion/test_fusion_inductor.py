@@ -1,7 +1,8 @@
-"""w8a8.fusion.inductor, the Inductor post-grad pass, on the CPU: what it fuses in transformers'
-Llama / Mistral / Qwen2 and in hand-written modules, that the compiled results equal eager
+"""Fused models under torch.compile on the CPU: the fused modules compile to the fused ops and
+w8a8.fusion.inductor (the Inductor post-grad pass) joins what crosses modules. What transformers'
+Llama / Mistral / Qwen2 and hand-written modules get, that the compiled results equal eager
 (bit for bit where the compiled graph computes the same math), no recompiles over token
-counts, and what it leaves alone.
+counts, and what is left alone.
 
 Each test compiles one tiny module once, with Inductor's FX and AOT caches off (a cached
 graph runs no pass). The pass is spied on: every graph it produced is linted and its w8a8
@@ -13,7 +14,6 @@ import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import w8a8
@@ -90,10 +90,11 @@ def test_transformers_model_fused_and_equal_to_eager(graphs, arch):
     """Per layer: input_layernorm -> q/k/v, post_attention_layernorm (with the residual add
     before it) -> gate/up, silu(gate) * up -> down all read a fused producer's codes; only
     o_proj (reading attention) keeps its own w8a8.linear. One graph for M = 3, 17, 33
-    (dynamic=True; floats specialised so eps is a constant), fresh results on every call."""
+    (dynamic=True: the norms' eps, traced as a symbolic float, is specialised because the
+    fused op takes a constant), fresh results on every call."""
     model = _tiny_model(arch)
     compiled = torch.compile(model, fullgraph=True, dynamic=True)
-    with torch.no_grad(), torch._dynamo.config.patch(specialize_float=True):
+    with torch.no_grad():
         for m in (3, 17, 33):
             for _ in range(2):  # new tokens at the same M: a fresh result, never the last one
                 ids = torch.randint(0, 128, (1, m))
@@ -109,7 +110,7 @@ def test_transformers_model_fused_and_equal_to_eager(graphs, arch):
     assert counts["producer_linears"] == 6 * LAYERS - merged_away
     assert ops == {"linear": LAYERS, "quantize_per_token": 0, "scaled_mm": counts["producer_linears"],
                    "rms_norm_quant": 1, "add_rms_norm_quant": 2 * LAYERS - 1, "silu_mul_quant": LAYERS}
-    assert counts["shared_quantizers"] == 0 and counts["rms_norm_eps_input"] == 0
+    assert counts["shared_quantizers"] == 0
 
 
 # --- hand-written modules ---------------------------------------------------------------------
@@ -147,25 +148,43 @@ def _member(x, layer, start, n):
     return w8a8.ops.linear(x, layer.weight.narrow(0, start, n), layer.weight_scale.narrow(0, start, n), bias)
 
 
+class MLP(nn.Module):
+    def __init__(self, d, f, dtype):
+        super().__init__()
+        self.gate, self.up = _w8a8_linear(d, f, dtype=dtype), _w8a8_linear(d, f, dtype=dtype)
+        self.down, self.act = _w8a8_linear(f, d, bias=False, dtype=dtype), nn.SiLU()
+
+    def forward(self, h):
+        return self.down(self.act(self.gate(h)) * self.up(h))
+
+
 class Block(nn.Module):
-    """s = x + r; h = RMSNorm(s); q, k, v = a hand-made group on h; down(silu(gate(h)) * up(h))."""
+    """A decoder layer's shape: s = x + r; h = norm(s); q, k, v read h; s2 = s + q; the MLP on
+    norm2(s2). ``gemma``: the first norm computes Gemma's (1 + weight), which is not fused."""
 
     def __init__(self, d=64, f=96, gemma=False, dtype=DT):
         super().__init__()
-        self.norm = RMSNorm(d, gemma, dtype)
-        self.qkv, self.slices = _group(d, [64, 32, 32], bias=True, dtype=dtype)
-        self.gate, self.up = _w8a8_linear(d, f, dtype=dtype), _w8a8_linear(d, f, dtype=dtype)
-        self.down = _w8a8_linear(f, d, bias=False, dtype=dtype)
+        self.norm, self.norm2 = RMSNorm(d, gemma, dtype), RMSNorm(d, dtype=dtype)
+        self.q, self.k, self.v = (_w8a8_linear(d, n, dtype=dtype) for n in (d, 32, 32))
+        self.mlp = MLP(d, f, dtype)
 
     def forward(self, x, r):
         s = x + r
         h = self.norm(s)
-        return (s, h, *self.after_norm(h))
+        return (s, h, *self.after_norm(s, h))
 
-    def after_norm(self, h):
-        """q, k, v and the MLP's output: everything that reads the normed activation."""
-        q, k, v = (_member(h, self.qkv, a, n) for a, n in self.slices)
-        return q, k, v, self.down(F.silu(self.gate(h)) * self.up(h))
+    def after_norm(self, s, h):
+        """q, k, v and the block's output: everything that reads the normed activation."""
+        q, k, v = self.q(h), self.k(h), self.v(h)
+        s2 = s + q
+        return q, k, v, s2 + self.mlp(self.norm2(s2))
+
+
+def _fused_block(*args, **kwargs):
+    block = Block(*args, **kwargs)
+    dtype = block.q.bias.dtype
+    report = w8a8.fusion.fuse_model(block, torch.randn(3, 64, dtype=dtype), torch.randn(3, 64, dtype=dtype))
+    return block, report
 
 
 def _check_equal(compiled, module, *args):
@@ -178,60 +197,122 @@ def _check_equal(compiled, module, *args):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_block_merged_group_norm_and_silu_fused_bit_identical(graphs, dtype):
-    """(1) then (2): q/k/v merge into one linear, which then reads add_rms_norm_quant's codes;
-    gate/up read them too, down reads silu_mul_quant's. Every output, including the residual
-    sum and the normed activation other layers would read, equals eager bit for bit (fp32:
-    the graph has no dtype conversions to match)."""
-    block = Block(dtype=dtype)
+    """The fused modules' ops joined by the pass: q/k/v merge into one linear (1) and so do
+    gate/up, both residual adds fold into the norms (2), the merged linears read the norms'
+    codes (3), down reads the MLP's silu_mul_quant codes. Every output, the residual sum and
+    the normed activation other layers would read included, equals eager bit for bit."""
+    block, report = _fused_block(dtype=dtype)
+    assert report.norms == ["norm", "norm2"] and report.mlps == ["mlp"] and len(report.merged) == 2
     compiled = torch.compile(block, fullgraph=True)
     x, r = torch.randn(2, 7, 64, dtype=dtype), torch.randn(2, 7, 64, dtype=dtype)
     _check_equal(compiled, block, x, r)
     ops, counts = _only(graphs)
-    assert (counts["merged_groups"], counts["merged_linears"]) == (1, 3)
-    assert (counts["add_rms_norm_quant"], counts["silu_mul_quant"], counts["producer_linears"]) == (1, 1, 4)
-    assert ops == {"linear": 0, "quantize_per_token": 0, "scaled_mm": 4,
-                   "rms_norm_quant": 0, "add_rms_norm_quant": 1, "silu_mul_quant": 1}
+    assert (counts["merged_groups"], counts["merged_linears"]) == (2, 5)
+    assert (counts["add_rms_norm_quant"], counts["silu_mul_quant"], counts["producer_linears"]) == (2, 1, 3)
+    assert ops == {"linear": 0, "quantize_per_token": 0, "scaled_mm": 3,
+                   "rms_norm_quant": 0, "add_rms_norm_quant": 2, "silu_mul_quant": 1}
+
+
+def test_compiled_outputs_of_merged_members_are_contiguous(graphs):
+    """A merged member's output leaving the graph is contiguous, as nn.Linear's and eager's are."""
+    block, _ = _fused_block()
+    compiled = torch.compile(block, fullgraph=True)
+    with torch.no_grad():
+        s, h, q, k, v, out = compiled(torch.randn(5, 64, dtype=DT), torch.randn(5, 64, dtype=DT))
+    assert all(t.is_contiguous() for t in (q, k, v, out))
+
+
+def test_a_changed_eps_recompiles(graphs):
+    """The fused norm reads eps at each call: Dynamo guards on it, so a changed eps recompiles
+    and the compiled block follows it, as eager does."""
+    block, _ = _fused_block(dtype=torch.float32)
+    compiled = torch.compile(block, fullgraph=True)
+    x, r = torch.randn(4, 64), torch.randn(4, 64)
+    _check_equal(compiled, block, x, r)
+    block.norm.variance_epsilon = 0.5
+    block.norm2.variance_epsilon = 2.0
+    _check_equal(compiled, block, x, r)
+    assert len(graphs) == 2 and graphs[1][1]["add_rms_norm_quant"] == 2
+
+
+def test_compiled_block_follows_changes_made_after_fusion(graphs):
+    """Compiled from the same modules as eager: a replaced child (down kept in float) makes the
+    fused MLP run the model's own code in the graph too (Dynamo guards on the children), and
+    the compiled block equals eager. (Hooks registered after compiling are, as for any module,
+    not seen until a recompile: torch._dynamo.config.skip_nnmodule_hook_guards.)"""
+    block, _ = _fused_block(dtype=torch.float32)
+    compiled = torch.compile(block)
+    x, r = torch.randn(4, 64), torch.randn(4, 64)
+    _check_equal(compiled, block, x, r)
+    assert graphs[-1][0]["silu_mul_quant"] == 1
+    block.mlp.down = nn.Linear(96, 64, bias=False)
+    _check_equal(compiled, block, x, r)
+    ops, counts = graphs[-1]
+    assert ops["silu_mul_quant"] == 0 and ops["scaled_mm"] == 2  # q/k/v and gate/up merged, on the norms' codes
 
 
 def _check_after_inductor_norm(compiled, block, x, r):
-    """A Block whose norm stayed Inductor's: the residual sum is one bf16 add either way; the
-    normed activation is within rounding of eager's (see NORM_REL_ERR); everything that reads
-    it equals eager run on the compiled norm's output, bit for bit."""
+    """A Block whose first norm stayed Inductor's: the residual sum is one bf16 add either way;
+    the normed activation is within rounding of eager's (see NORM_REL_ERR); everything that
+    reads it equals eager run on the compiled norm's output, bit for bit."""
     with torch.no_grad():
         got, want = compiled(x, r), block(x, r)
-        after = block.after_norm(got[1])
+        after = block.after_norm(got[0], got[1])
     assert torch.equal(got[0], want[0])
     assert _rel_err(got[1], want[1]) < NORM_REL_ERR
     for g, w in zip(got[2:], after):
         assert torch.equal(g, w)
 
 
-def test_unmatched_norm_left_alone_its_readers_share_one_quantizer(graphs):
-    """Gemma's norm is not LlamaRMSNorm: the norm stays Inductor's, the merged q/k/v and gate,
-    up share one quantize_per_token (3), and the silu product is still fused; what reads the
-    norm stays exact."""
-    block = Block(gemma=True)
+def test_unmatched_norm_left_alone_its_readers_merged(graphs):
+    """Gemma's norm is not LlamaRMSNorm: fuse_model leaves it alone (Inductor computes it) and
+    q/k/v still merge into one w8a8.linear on its output; the rest of the block is fused. What
+    reads the norm stays exact."""
+    block, report = _fused_block(gemma=True)
+    assert report.norms == ["norm2"] and report.mlps == ["mlp"]
     compiled = torch.compile(block, fullgraph=True)
     x, r = torch.randn(5, 64, dtype=DT), torch.randn(5, 64, dtype=DT)
     _check_after_inductor_norm(compiled, block, x, r)
     ops, counts = _only(graphs)
-    assert (counts["shared_quantizers"], counts["shared_linears"]) == (1, 3)
-    assert counts["rms_norm_quant"] == counts["add_rms_norm_quant"] == 0 and counts["silu_mul_quant"] == 1
-    assert ops == {"linear": 0, "quantize_per_token": 1, "scaled_mm": 4,
-                   "rms_norm_quant": 0, "add_rms_norm_quant": 0, "silu_mul_quant": 1}
+    assert (counts["merged_groups"], counts["shared_quantizers"]) == (2, 0)
+    assert counts["rms_norm_quant"] == 0 and counts["add_rms_norm_quant"] == 1 and counts["silu_mul_quant"] == 1
+    assert ops == {"linear": 1, "quantize_per_token": 0, "scaled_mm": 2,
+                   "rms_norm_quant": 0, "add_rms_norm_quant": 1, "silu_mul_quant": 1}
 
 
-def test_eps_as_graph_input_leaves_norm_alone(graphs):
-    """dynamic=True passes the module's float eps as a runtime input: the norm is not fused
-    (the op takes a constant eps), counted as such; what reads the norm stays exact."""
-    block = Block()
+def test_dynamic_true_fuses_the_norm_with_its_eps_specialised(graphs):
+    """dynamic=True passes the module's float eps as a symbolic input; the fused op takes a
+    constant, so Dynamo specialises it: the norms are fused and one graph serves every M."""
+    block, _ = _fused_block()
     compiled = torch.compile(block, fullgraph=True, dynamic=True)
     for m in (3, 17):
-        x, r = torch.randn(m, 64, dtype=DT), torch.randn(m, 64, dtype=DT)
-        _check_after_inductor_norm(compiled, block, x, r)
+        _check_equal(compiled, block, torch.randn(m, 64, dtype=DT), torch.randn(m, 64, dtype=DT))
     ops, counts = _only(graphs)
-    assert counts["rms_norm_eps_input"] == 1 and counts["rms_norm_quant"] == counts["add_rms_norm_quant"] == 0
-    assert ops["quantize_per_token"] == 1 and ops["silu_mul_quant"] == 1
+    assert counts["add_rms_norm_quant"] == 2 and counts["producer_linears"] == 3
+    assert ops["quantize_per_token"] == 0 and ops["silu_mul_quant"] == 1
+
+
+class NormThenTwo(nn.Module):
+    """A hand-written module calling w8a8.ops.rms_norm_quant itself, then two layers on its output."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(1 + 0.1 * torch.randn(64, dtype=DT))
+        self.a, self.b = _w8a8_linear(64, 48), _w8a8_linear(64, 32, bias=False)
+
+    def forward(self, x):
+        _, _, h = w8a8.ops.rms_norm_quant(x, self.weight, 1e-6)
+        return self.a(h), self.b(h)
+
+
+def test_the_pass_wires_an_explicit_norm_op(graphs):
+    """(3) needs no fused module: linears reading rms_norm_quant's normed output run on its codes."""
+    module = NormThenTwo()
+    compiled = torch.compile(module, fullgraph=True)
+    _check_equal(compiled, module, torch.randn(2, 5, 64, dtype=DT))
+    ops, counts = _only(graphs)
+    assert counts["rms_norm_quant"] == 1 and counts["producer_linears"] == 2
+    assert ops["linear"] == ops["quantize_per_token"] == 0 and ops["scaled_mm"] == 2
 
 
 class TwoReaders(nn.Module):

@@ -150,3 +150,20 @@ def test_export_save_load_run(tmp_path):
         model_gpu = model_gpu.to("cuda")
         with torch.no_grad():
             assert torch.equal(gpu(x.cuda()), model_gpu(x.cuda()))
+
+
+@pytest.mark.parametrize("op", ["rms_norm_quant", "add_rms_norm_quant", "silu_mul_quant"])
+def test_a_backward_through_a_fused_producer_raises(op):
+    """The fused producers are inference only, as scaled_mm and linear are: a backward raises with
+    the op's name instead of leaving the float inputs without a gradient."""
+    x = torch.randn(3, 32, requires_grad=True)
+    weight = torch.ones(32)
+    if op == "silu_mul_quant":
+        out = w8a8.ops.silu_mul_quant(x, torch.randn(3, 32))
+    elif op == "rms_norm_quant":
+        out = w8a8.ops.rms_norm_quant(x, weight, 1e-6)
+    else:
+        out = w8a8.ops.rms_norm_quant(x, weight, 1e-6, residual=torch.randn(3, 32))
+    grad_out = out[1] if op == "silu_mul_quant" else out[2]  # scales / normed: float outputs
+    with pytest.raises(RuntimeError, match=rf"w8a8\.{op} is inference only"):
+        grad_out.sum().backward()

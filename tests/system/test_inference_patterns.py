@@ -27,7 +27,7 @@ def _stack(device, act_quant="dynamic"):
     if act_quant == "static":  # calibrated-looking per-tensor scales: |x| <= ~4 over 127 codes
         scales = {name: 4.0 / 127 for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     w8a8.quantize_model(model, skip=("lm_head",), act_quant=act_quant, input_scales=scales, progress=False)
-    with torch.inference_mode():  # the warm-up forward: w8a8.fusion.eager records it, the model is fused from here on
+    with torch.inference_mode():  # the warm-up forward: w8a8.fusion records it and swaps in the fused modules
         model(_inputs(2, device, dtype))
     return model, dtype
 
@@ -66,10 +66,14 @@ def test_compiled_stack_matches_eager_without_recompiling(device, act_quant):
         for m in (3, 17, 64, 5, 1):
             x = _inputs(m, device, dtype)
             _assert_close_model_outputs(compiled(x), model(x))
+            if m == 3:
+                # The fused norms' eps is first traced as a symbolic float (dynamic=True), then
+                # specialised: the analysis restarts once, calling the backend twice for one graph.
+                first = counter.frame_count
             if m == 5:
-                assert counter.frame_count == 1, f"recompiled for M = 17, 64 or 5: {counter.frame_count} graphs"
+                assert counter.frame_count == first, f"recompiled for M = 17, 64 or 5: {counter.frame_count - first} graphs"
     # Dynamo specializes size-1 dimensions: M = 1 (decode) gets its own graph, once.
-    assert counter.frame_count == 2, counter.frame_count
+    assert counter.frame_count == first + 1, counter.frame_count
 
 
 @gpu

@@ -21,7 +21,6 @@ import os
 import secrets
 import shutil
 import socket
-import types
 
 import torch
 from torch import nn
@@ -396,7 +395,26 @@ def install_save_pretrained(model: nn.Module) -> None:
     of a sentence-transformers model, whose ``save`` calls it)."""
     for inner in transformers_models(model).values():
         if any(isinstance(m, W8A8Linear) for m in inner.modules()):
-            inner.save_pretrained = types.MethodType(_save_pretrained, inner)
+            inner.save_pretrained = _SavePretrained(inner)
+
+
+class _SavePretrained:
+    """A quantized transformers model's ``save_pretrained``: the int8 checkpoint. An object, not a
+    bound method, so that the model still pickles (``torch.save(model)``) and deep-copies."""
+
+    __slots__ = ("model",)
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def __call__(self, *args, **kwargs):
+        return _save_pretrained(self.model, *args, **kwargs)
+
+    def __getstate__(self):
+        return self.model
+
+    def __setstate__(self, model) -> None:
+        self.model = model
 
 
 def _refuse_nested(model: nn.Module) -> None:

@@ -1,6 +1,20 @@
-"""Model-level fusion: in eager (``eager.py``: groups sharing one quantization, merged
-siblings, norms and SiLU-and-mul quantizing their output) and under ``torch.compile``
-(``inductor.py``: the same as an Inductor post-grad pass)."""
-from w8a8.fusion.eager import FusionReport, fuse_model, unfuse_model
+"""Model-level fusion: one quantization per activation, merged sibling projections, and the
+quantization done by the producer of the activation (RMSNorm, SiLU(gate) * up).
 
-__all__ = ["FusionReport", "fuse_model", "unfuse_model"]
+``plan.py`` finds what to fuse from one recorded forward and swaps in the fused modules of
+``modules.py`` (``SharedInputLinear``, ``QuantizingRMSNorm``, ``QuantizingGatedMLP``), which
+run eagerly and compile to the fused ops; ``inductor.py`` is the graph pass that joins
+what crosses module boundaries under ``torch.compile``.
+"""
+from w8a8.fusion.modules import QuantizingGatedMLP, QuantizingRMSNorm, SharedInput, SharedInputLinear
+from w8a8.fusion.plan import FusionReport, fuse_model, unfuse_model
+
+__all__ = [
+    "FusionReport",
+    "QuantizingGatedMLP",
+    "QuantizingRMSNorm",
+    "SharedInput",
+    "SharedInputLinear",
+    "fuse_model",
+    "unfuse_model",
+]

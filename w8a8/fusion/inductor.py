@@ -1,33 +1,31 @@
-"""An Inductor graph pass: W8A8 quantization fused into the graph around ``w8a8.linear``.
+"""An Inductor graph pass: what the fused modules cannot do alone, done on the graph.
 
-``install()`` adds the pass to ``torch._inductor.config.post_grad_custom_post_pass``; every
-later ``torch.compile`` (Inductor) of a model with ``W8A8Linear`` layers then gets, with no
-change to the model's code, in this order:
+The fused modules (``w8a8.fusion.modules``) compile to the fused ops themselves: a
+``QuantizingRMSNorm`` to ``w8a8.rms_norm_quant``, a ``QuantizingGatedMLP`` to the gate/up
+linears, ``w8a8.silu_mul_quant`` and a ``w8a8.scaled_mm`` for ``down`` on its codes, and the
+members of a merged ``SharedInput`` to ``w8a8.linear`` on row slices of the merged weights.
+What crosses module boundaries, and so cannot be written inside one module's forward, is
+joined here. ``install()`` adds the pass to ``torch._inductor.config.post_grad_custom_post_pass``;
+every later ``torch.compile`` (Inductor) then gets, in this order:
 
 1. **Merged siblings.** Dynamic ``w8a8.linear`` nodes that read one activation and whose
    weight, weight scale and bias are adjacent row slices (``aten.slice(base, 0, a, b)``, what
    ``narrow`` becomes) of the same base tensors become one ``w8a8.linear`` over the union
    slice; each member gets ``aten.slice(out, -1, ...)`` of its output. The int32 sums and
-   the per-channel epilogue are the same, so the outputs are bit-identical.
-2. **Quantization in the producer.** Where the activation of dynamic linears is the output
-   of an RMSNorm (transformers' ``LlamaRMSNorm`` math: fp32 upcast, mean of squares over the
-   last dim, ``+ eps`` with a constant eps, rsqrt, back to the model dtype, times a 1-D
-   weight), optionally fed by a residual add, or of ``silu(gate) * up`` (transformers'
-   ``LlamaMLP`` math), the producer becomes ``w8a8.ops.rms_norm_quant``,
-   ``w8a8.ops.add_rms_norm_quant`` or ``w8a8.ops.silu_mul_quant`` and each linear a
-   ``w8a8.ops.scaled_mm`` on its codes. Other readers of the normed output and of the residual
-   sum read the fused op's ``normed`` and ``sum``.
-3. **One quantization per activation.** Two or more dynamic linears left reading one
-   activation (through views) share one ``w8a8.ops.quantize_per_token``, each running its own
-   ``w8a8.ops.scaled_mm``. A linear alone keeps its ``w8a8.linear`` node.
+   the per-channel epilogue are the same, so the outputs are bit-identical. (The layers are
+   called by the model's code, one module each: q/k/v from the attention, gate/up from the MLP.)
+2. **The residual add into the norm.** ``rms_norm_quant(a + b, ...)``, with the add in the
+   model's code before the norm module, becomes ``add_rms_norm_quant(a, b, ...)``; readers
+   of the sum after the norm read its ``sum`` output.
+3. **The norm's codes to its readers.** Dynamic linears reading (through views) the
+   ``normed`` output of ``rms_norm_quant`` / ``add_rms_norm_quant`` become a
+   ``w8a8.scaled_mm`` each on the op's codes (the readers are other modules than the norm).
+4. **One quantization per activation.** Two or more dynamic linears left reading one
+   activation (through views) share one ``w8a8.quantize_per_token``, each running its own
+   ``w8a8.scaled_mm``. A linear alone keeps its ``w8a8.linear`` node.
 
-The producer is found by walking the graph from each ``w8a8.linear`` back through
-view / reshape / squeeze / unsqueeze nodes and matching the subgraph structurally (the forms
-Inductor's decompositions give, e.g. silu as ``x / (1 + exp(-x))``). Anything that does
-not match exactly is left as it was: static linears, other norms (LayerNorm, Gemma's
-``1 + weight``), activations of other shapes. An RMSNorm whose eps is a graph input rather
-than a constant (``torch.compile(dynamic=True)`` passes float module attributes such as
-``variance_epsilon`` as runtime inputs) is not fused: the fused op takes eps as a constant.
+Nothing is matched by its math: a graph without the fused modules' ops (a model that was
+not fused) gets (1) where its layers are slices of one tensor and (4).
 
 What each compiled graph got is added to ``torch._dynamo.utils.counters["w8a8"]`` (keys in
 ``COUNTER_KEYS``) and left in ``last_counts``; a graph served from Inductor's cache runs no
@@ -39,7 +37,6 @@ installed pass leave the graphs it is given unchanged (read at each compile).
 from __future__ import annotations
 
 import hashlib
-import math
 import operator
 import os
 from collections import Counter
@@ -56,19 +53,16 @@ ENV_VAR = "W8A8_INDUCTOR_FUSION"
 COUNTER_KEYS = (
     "merged_groups",  # (1) GEMMs that replaced two or more sibling linears
     "merged_linears",  # (1) linears merged into those
-    "rms_norm_quant",  # (2) RMSNorms that now quantize their output
-    "add_rms_norm_quant",  # (2) ... of which the residual add feeding them is fused too
-    "silu_mul_quant",  # (2) silu(gate) * up products that now quantize themselves
-    "producer_linears",  # (2) linears that read a fused producer's codes
-    "shared_quantizers",  # (3) quantize_per_token nodes serving two or more linears
-    "shared_linears",  # (3) linears served by them
-    "rms_norm_eps_input",  # left alone: an RMSNorm feeding linears whose eps is a graph input
+    "rms_norm_quant",  # (3) norms whose codes GEMMs read (no residual add) ...
+    "add_rms_norm_quant",  # (2, 3) ... and with the residual add before them fused in
+    "silu_mul_quant",  # SiLU-and-mul products whose codes GEMMs read (the MLP module's own)
+    "producer_linears",  # (3) GEMMs reading a fused producer's codes (down_proj's included)
+    "shared_quantizers",  # (4) quantize_per_token nodes serving two or more linears
+    "shared_linears",  # (4) linears served by them
 )
 last_counts: dict[str, int] = {}
 
 aten = torch.ops.aten
-prims = torch.ops.prims
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 # Ops that keep a tensor's logical (row-major) element order: x.reshape(-1, K) of any node
 # reached through them is the same matrix.
 _VIEWS = {
@@ -115,48 +109,11 @@ def _source(node: fx.Node) -> fx.Node:
     return node
 
 
-def _converted_from(node, dtype: torch.dtype):
-    """``y`` where ``node`` is ``y.to(dtype)``, else None."""
-    if _is(node, prims.convert_element_type.default) and node.args[1] == dtype:
-        return node.args[0]
-    if _is(node, aten._to_copy.default) and set(node.kwargs) == {"dtype"} and node.kwargs["dtype"] == dtype:
-        return node.args[0]
-    return None
-
-
-def _upcast_of(node, dt: torch.dtype):
-    """The ``dt`` tensor that ``node`` (fp32) is the fp32 upcast of; for dt = fp32, node itself."""
-    t = _tensor(node)
-    if t is None or t.dtype != torch.float32:
-        return None
-    if dt == torch.float32:
-        return node
-    src = _converted_from(node, torch.float32)
-    return src if _tensor(src) is not None and _tensor(src).dtype == dt else None
-
-
-def _downcast_of(node, dt: torch.dtype):
-    """The fp32 tensor that ``node`` is ``.to(dt)`` of; for dt = fp32, node itself."""
-    if dt == torch.float32:
-        t = _tensor(node)
-        return node if t is not None and t.dtype == torch.float32 else None
-    src = _converted_from(node, dt)
-    return src if _tensor(src) is not None and _tensor(src).dtype == torch.float32 else None
-
-
 def _binary(node, target):
     """(a, b) of ``target(a, b)`` with no other arguments, else None."""
     if _is(node, target) and len(node.args) == 2 and not node.kwargs:
         return node.args
     return None
-
-
-def _both_orders(pair):
-    return () if pair is None else (pair, pair[::-1])
-
-
-def _is_one(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == 1
 
 
 def _rows_ok(t: torch.Tensor) -> bool:
@@ -165,83 +122,6 @@ def _rows_ok(t: torch.Tensor) -> bool:
 
     k = t.shape[-1]
     return isinstance(k, int) and 1 <= k <= MAX_K and (k == 1 or t.stride(-1) == 1)
-
-
-def _last_dim(dims, ndim: int) -> bool:
-    if isinstance(dims, int):
-        dims = [dims]
-    return isinstance(dims, (list, tuple)) and len(dims) == 1 and dims[0] in (-1, ndim - 1)
-
-
-# --- producers --------------------------------------------------------------------------------
-
-
-class _EpsInput:
-    """An RMSNorm matched up to its eps, which is a graph input (not a constant)."""
-
-
-def _mean_of_squares(var: fx.Node, dt: torch.dtype):
-    """x (dtype dt) where var = mean(x.float() ** 2, -1, keepdim=True), else None."""
-    sq = None
-    if _is(var, aten.mean.dim) and not var.kwargs.get("dtype"):
-        args = list(var.args) + [None] * (3 - len(var.args))
-        keepdim = var.kwargs.get("keepdim", args[2])
-        if keepdim is True and _tensor(args[0]) is not None and _last_dim(args[1], _tensor(args[0]).dim()):
-            sq = args[0]
-    elif (pair := _binary(var, aten.div.Tensor)) is not None:
-        total, k = pair
-        if _is(total, aten.sum.dim_IntList) and not total.kwargs.get("dtype") and len(total.args) >= 3:
-            t = _tensor(total.args[0])
-            if t is not None and total.args[2] is True and _last_dim(total.args[1], t.dim()) and _same(t.shape[-1], k):
-                sq = total.args[0]
-    if sq is None:
-        return None
-    if _is(sq, aten.pow.Tensor_Scalar) and len(sq.args) == 2 and sq.args[1] == 2:
-        y = sq.args[0]
-    elif (pair := _binary(sq, aten.mul.Tensor)) is not None and pair[0] is pair[1]:
-        y = pair[0]
-    else:
-        return None
-    return _upcast_of(y, dt)
-
-
-def _normalized(n32: fx.Node, dt: torch.dtype):
-    """(x, eps) where n32 = x.float() * rsqrt(mean(x.float() ** 2, -1, keepdim=True) + eps),
-    with eps a constant or ``_EpsInput``; else None."""
-    for x32, r in _both_orders(_binary(n32, aten.mul.Tensor)):
-        x = _upcast_of(x32, dt)
-        if x is None or not _is(r, aten.rsqrt.default):
-            continue
-        add = r.args[0]
-        for var, eps in _both_orders(_binary(add, aten.add.Tensor) or _binary(add, aten.add.Scalar)):
-            if _mean_of_squares(var, dt) is not x:
-                continue
-            if isinstance(eps, (int, float)) and not isinstance(eps, bool):
-                return (x, float(eps)) if math.isfinite(eps) and eps >= 0 else None
-            if isinstance(eps, fx.Node) and _tensor(eps) is not None and _tensor(eps).dim() == 0:
-                return x, _EpsInput()
-    return None
-
-
-def _match_rms_norm(out: fx.Node):
-    """(x, weight, eps) where out = weight * RMSNorm(x) in x's dtype (see the module docstring)."""
-    o = _tensor(out)
-    if o is None or o.dtype not in _FLOATS:
-        return None
-    dt = o.dtype
-    for w, n in _both_orders(_binary(out, aten.mul.Tensor)):
-        wt, n32 = _tensor(w), _downcast_of(n, dt)
-        if wt is None or wt.dim() != 1 or wt.dtype != dt or n32 is None:
-            continue
-        found = _normalized(n32, dt)
-        if found is None:
-            continue
-        x, eps = found
-        xt = _tensor(x)
-        contiguous = wt.shape[0] == 1 or wt.stride(0) == 1
-        if xt.dim() >= 1 and _same_shape(xt, o) and _same(wt.shape[0], xt.shape[-1]) and contiguous:
-            return x, w, eps
-    return None
 
 
 def _residual_add(x: fx.Node):
@@ -254,40 +134,6 @@ def _residual_add(x: fx.Node):
         if t is None or t.dtype != xt.dtype or not _same_shape(t, xt) or not _rows_ok(t):
             return None
     return pair
-
-
-def _silu_input(s32: fx.Node):
-    """g where s32 = silu(g) in fp32: aten.silu, x / (1 + exp(-x)) or x * sigmoid(x)."""
-    if _is(s32, aten.silu.default) and len(s32.args) == 1:
-        return s32.args[0]
-    if (pair := _binary(s32, aten.div.Tensor)) is not None:
-        g, den = pair
-        for e, one in _both_orders(_binary(den, aten.add.Tensor) or _binary(den, aten.add.Scalar)):
-            neg = e.args[0] if _is(e, aten.exp.default) else None
-            if _is_one(one) and _is(neg, aten.neg.default) and neg.args[0] is g:
-                return g
-    for g, sig in _both_orders(_binary(s32, aten.mul.Tensor)):
-        if _is(sig, aten.sigmoid.default) and sig.args[0] is g:
-            return g
-    return None
-
-
-def _match_silu_mul(p: fx.Node):
-    """(gate, up) where p = silu(gate.float()).to(dt) * up, all of p's dtype and shape."""
-    pt = _tensor(p)
-    if pt is None or pt.dtype not in _FLOATS:
-        return None
-    dt = pt.dtype
-    for s, up in _both_orders(_binary(p, aten.mul.Tensor)):
-        s32 = _downcast_of(s, dt)
-        g32 = None if s32 is None else _silu_input(s32)
-        gate = None if g32 is None else _upcast_of(g32, dt)
-        if gate is None or not isinstance(up, fx.Node):
-            continue
-        gt, ut = _tensor(gate), _tensor(up)
-        if ut is not None and ut.dtype == dt and all(_same_shape(t, pt) and _rows_ok(t) for t in (gt, ut)):
-            return gate, up
-    return None
 
 
 # --- writing the graph ------------------------------------------------------------------------
@@ -484,63 +330,94 @@ def _merge(graph: fx.Graph, x: fx.Node, bases: tuple, run: list, order: dict) ->
                 for a, b, lin in run]
     for (_, _, lin), out in zip(run, outs):
         _replace(graph, lin, out)
+        _contiguous_outputs(graph, out)
     return True
 
 
-# --- (2) quantization in the producer ---------------------------------------------------------
+def _contiguous_outputs(graph: fx.Graph, out: fx.Node) -> None:
+    """Where ``out`` (a column slice) or a view of it leaves the graph, a contiguous copy leaves
+    instead: a layer's output is contiguous, as the linear's was (Inductor keeps the strides
+    the graph states for its outputs)."""
+    for view in _views_of(out):
+        for user in [u for u in view.users if u.op == "output"]:
+            with graph.inserting_before(user):
+                copy = _emit(graph, aten.clone.default, (view,), {"memory_format": torch.contiguous_format})
+            user.replace_input_with(view, copy)
 
 
-def fuse_producers(graph: fx.Graph, counts: Counter) -> None:
-    for src, lins in _by_source(graph).items():
-        norm = _match_rms_norm(src)
-        if norm is not None:
-            x, weight, eps = norm
-            if not _rows_ok(_tensor(x)) and _residual_add(x) is None:
-                continue
-            if isinstance(eps, _EpsInput):
-                counts["rms_norm_eps_input"] += 1
-                continue
-            _fuse_norm(graph, src, x, weight, eps, lins, counts)
-            continue
-        silu = _match_silu_mul(src)
-        if silu is not None:
-            with graph.inserting_before(src):
-                fused = _emit(graph, torch.ops.w8a8.silu_mul_quant.default, silu, meta_from=src)
-                codes, scales = _outputs(graph, fused, 2)
-                codes2d, scales2d = _as_2d(graph, codes, scales)
-            for lin in lins:
-                _gemm_on_codes(graph, lin, codes2d, scales2d)
-            counts["silu_mul_quant"] += 1
-            counts["producer_linears"] += len(lins)
+# --- (2) the residual add into the norm, (3) the norm's codes to its readers -------------------
+
+_NORM_OPS = (torch.ops.w8a8.rms_norm_quant.default, torch.ops.w8a8.add_rms_norm_quant.default)
 
 
-def _fuse_norm(graph, out, x, weight, eps, lins, counts) -> None:
-    residual = _residual_add(x)
-    between = set()  # the nodes from x to the norm's output: readers of x there keep x
-    node = x.next
-    while residual is not None and node is not out:
-        between.add(node)
-        node = node.next
-    with graph.inserting_before(out):
+def fold_residual_adds(graph: fx.Graph, counts: Counter) -> None:
+    """rms_norm_quant(a + b, w, eps) -> add_rms_norm_quant(a, b, w, eps): readers of the sum
+    after the norm read the op's ``sum``; readers between the add and the norm keep the add."""
+    for norm in [n for n in graph.nodes if _is(n, torch.ops.w8a8.rms_norm_quant.default)]:
+        x, weight, eps = norm.args
+        residual = _residual_add(x)
         if residual is None:
-            fused = _emit(graph, torch.ops.w8a8.rms_norm_quant.default, (x, weight, eps), meta_from=out)
-            codes, scales, normed = _outputs(graph, fused, 3)
-        else:
-            fused = _emit(graph, torch.ops.w8a8.add_rms_norm_quant.default, (*residual, weight, eps), meta_from=out)
-            codes, scales, normed, total = _outputs(graph, fused, 4)
-        codes2d, scales2d = _as_2d(graph, codes, scales)
-    if residual is not None:
-        # Readers of the sum after the norm read the fused op's; earlier ones keep the add.
-        x.replace_all_uses_with(total, delete_user_cb=lambda user: user not in between)
-    out.replace_all_uses_with(normed)
-    for lin in lins:
-        _gemm_on_codes(graph, lin, codes2d, scales2d)
-    _erase_dead(graph, [out, x, normed] + ([] if residual is None else [total]))
-    counts["add_rms_norm_quant" if residual is not None else "rms_norm_quant"] += 1
-    counts["producer_linears"] += len(lins)
+            continue
+        between = set()
+        node = x.next
+        while node is not norm:
+            between.add(node)
+            node = node.next
+        with graph.inserting_before(norm):
+            fused = _emit(graph, torch.ops.w8a8.add_rms_norm_quant.default, (*residual, weight, eps), meta_from=norm)
+            total = _emit(graph, operator.getitem, (fused, 3))
+        for user in list(norm.users):  # getitem(norm, i) -> getitem(fused, i), i < 3
+            user.replace_input_with(norm, fused)
+        x.replace_all_uses_with(total, delete_user_cb=lambda user: user not in between and user is not norm)
+        _erase_dead(graph, [norm, x])
 
 
-# --- (3) one quantization per activation ------------------------------------------------------
+def _item(graph: fx.Graph, node: fx.Node, i: int) -> fx.Node:
+    """``node[i]`` of a multi-output op (its getitem node, or a new one), placed right after it."""
+    item = next((u for u in node.users if _is(u, operator.getitem) and u.args[1] == i), None)
+    if item is None:
+        item = _emit(graph, operator.getitem, (node, i))
+    node.append(item)
+    return item
+
+
+def use_producer_codes(graph: fx.Graph, counts: Counter) -> None:
+    """Dynamic linears reading a fused norm's ``normed`` run ``scaled_mm`` on its codes."""
+    for src, lins in _by_source(graph).items():
+        if not (_is(src, operator.getitem) and src.args[1] == 2 and _is(src.args[0], *_NORM_OPS)):
+            continue
+        fused = src.args[0]
+        codes, scales = _item(graph, fused, 0), _item(graph, fused, 1)
+        with graph.inserting_before(lins[0]):
+            codes2d, scales2d = _as_2d(graph, codes, scales)
+        for lin in lins:
+            _gemm_on_codes(graph, lin, codes2d, scales2d)
+        counts["rms_norm_quant" if fused.target is torch.ops.w8a8.rms_norm_quant.default else "add_rms_norm_quant"] += 1
+        counts["producer_linears"] += len(lins)
+
+
+def count_module_producers(graph: fx.Graph, counts: Counter) -> None:
+    """The SiLU-and-mul products (a ``QuantizingGatedMLP``'s) whose codes a GEMM reads."""
+    for node in graph.nodes:
+        if _is(node, torch.ops.w8a8.silu_mul_quant.default):
+            gemms = {g for item in node.users for v in _views_of(item) for g in v.users
+                     if _is(g, torch.ops.w8a8.scaled_mm.default) and g.args[0] is v}
+            if gemms:
+                counts["silu_mul_quant"] += 1
+                counts["producer_linears"] += len(gemms)
+
+
+def _views_of(node: fx.Node) -> list[fx.Node]:
+    """node and the views of it (through _VIEWS), transitively."""
+    found, work = [], [node]
+    while work:
+        n = work.pop()
+        found.append(n)
+        work.extend(u for u in n.users if _is(u, *_VIEWS) and u.args[0] is n)
+    return found
+
+
+# --- (4) one quantization per activation ------------------------------------------------------
 
 
 def share_quantization(graph: fx.Graph, counts: Counter) -> None:
@@ -563,14 +440,15 @@ def share_quantization(graph: fx.Graph, counts: Counter) -> None:
 
 
 def fuse(graph: fx.Graph) -> dict[str, int]:
-    """Run (1) merge, (2) producer fusion, (3) shared quantization on ``graph`` in place;
-    returns what was done (``COUNTER_KEYS``)."""
+    """Run (1) merge, (2) the residual adds, (3) the norms' codes, (4) shared quantization on
+    ``graph`` in place; returns what was done (``COUNTER_KEYS``)."""
     global last_counts
     counts: Counter = Counter()
-    if any(True for _ in _linears(graph)):
-        merge_siblings(graph, counts)
-        fuse_producers(graph, counts)
-        share_quantization(graph, counts)
+    merge_siblings(graph, counts)
+    fold_residual_adds(graph, counts)
+    use_producer_codes(graph, counts)
+    share_quantization(graph, counts)
+    count_module_producers(graph, counts)
     last_counts = {key: counts[key] for key in COUNTER_KEYS}
     from torch._dynamo.utils import counters
 

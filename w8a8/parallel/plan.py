@@ -106,9 +106,10 @@ def shard_model(model: nn.Module, plan: dict[str, Style], group=None) -> nn.Modu
         style.check(name, layer.out_features, layer.in_features, layer.input_zero_point is not None, group)
         layers[name] = layer
     sharded = {name: plan[name].shard(layer, group) for name, layer in layers.items()}
-    # w8a8.fusion.eager's groups and fused producers refer to the layers being replaced: undone first
-    # (the recording leaves tensor-parallel layers alone).
-    from w8a8.fusion.eager import unfuse_model
+    # The fused modules' plans name the layers being replaced: undone first (they would step
+    # aside, but the norms would still quantize for readers that are gone; the recording
+    # leaves tensor-parallel layers alone).
+    from w8a8.fusion import unfuse_model
 
     unfuse_model(model)
     for name, layer in sharded.items():
