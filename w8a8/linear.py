@@ -51,6 +51,20 @@ def _fold_zero_point(weight, weight_scale, input_scale, input_zero_point, bias) 
     return -corr if bias is None else bias.float() - corr
 
 
+# Under torch.compile / torch.export the fold is this op, opaque to Inductor: Inductor's
+# Triton code contracts the multiply and the subtraction into one FMA, a bias one fp32 bit
+# off eager's, and so an output one ulp off the reference (test_forced_kernels_equal_the_composition).
+@torch.library.custom_op("w8a8::fold_zero_point", mutates_args=())
+def _fold_zero_point_op(weight: torch.Tensor, weight_scale: torch.Tensor, input_scale: torch.Tensor,
+                        input_zero_point: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return _fold_zero_point(weight, weight_scale, input_scale, input_zero_point, bias)
+
+
+@_fold_zero_point_op.register_fake
+def _(weight, weight_scale, input_scale, input_zero_point, bias):
+    return weight.new_empty(weight.shape[:1], dtype=torch.float32)
+
+
 _PLAIN = (torch.Tensor, nn.Parameter)
 
 
@@ -294,7 +308,8 @@ class W8A8Linear(nn.Module):
         address, device, dtype, shape and strides, and the current CUDA stream is the one it
         was computed on; otherwise it is computed again (the same expression, bit for bit).
         It is computed on every call and never kept under ``torch.compile`` / ``torch.export``
-        (version counters cannot be traced: the row sum is part of the graph), during
+        (version counters cannot be traced: the graph calls ``w8a8::fold_zero_point``, the
+        same expression, kept out of Inductor's code generation so it rounds as in eager), during
         CUDA-graph capture (the graph computes it on each replay, so replays see in-place
         edits), for inference tensors and tensor subclasses (no version counter to watch),
         and when a gradient would flow into it. The returned tensor is shared, like ``bias``:
@@ -303,6 +318,8 @@ class W8A8Linear(nn.Module):
         if self.input_zero_point is None:
             return self.bias
         sources = (self.weight, self.weight_scale, self.input_scale, self.input_zero_point, self.bias)
+        if torch.compiler.is_compiling():
+            return _fold_zero_point_op(*sources)
         if not _keepable(sources):
             return _fold_zero_point(*sources)
         kept = self.__dict__.get("_w8a8_folded_bias")

@@ -16,8 +16,9 @@ every op where ``w8a8._C`` is not built:
         -> (Tensor codes, Tensor scales, Tensor normed, Tensor sum)
     w8a8::silu_mul_quant(Tensor gate, Tensor up) -> (Tensor codes, Tensor scales)
 
-A traced or exported graph names these, so an exported program runs on whatever device
-it is loaded on. The kernels are ops of their own (``w8a8::scaled_mm_sm90``,
+A traced or exported graph names these (and ``w8a8::fold_zero_point``, the folded bias of a
+layer with an input zero point, ``w8a8.linear``), so an exported program runs on whatever
+device it is loaded on. The kernels are ops of their own (``w8a8::scaled_mm_sm90``,
 ``scaled_mm_sm80``, ``scaled_mm_triton``, ``quantize_*_cuda``, ``quantize_*_triton``,
 ``linear_sm90``, ``*_quant_triton``), each validating its inputs at its entry with the words of
 ``w8a8.validate``; tests and benchmarks reach them through ``backend=`` (``w8a8.dispatch``).

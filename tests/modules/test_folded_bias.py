@@ -1,7 +1,7 @@
 """W8A8Linear's folded bias with an input zero point (static asymmetric activations): computed
 once in eager and kept, bit for bit today's formula, computed again after every change of the
 tensors it is made from (in-place edits, reassignment, load_state_dict, casts and moves), never
-in the state dict or the parameters; computed inline under torch.compile, during CUDA-graph
+in the state dict or the parameters; computed in the graph under torch.compile (one opaque op), during CUDA-graph
 capture, for inference tensors and when a gradient flows into it."""
 import copy
 import importlib
@@ -207,6 +207,18 @@ def test_compiled_layer_folds_inside_the_graph():
         layer.weight.copy_(rand_int8(N, K))
         layer.input_zero_point.fill_(4)
     assert torch.equal(compiled(x), _expected(layer, x))
+
+
+def test_compiled_and_exported_graphs_call_the_fold_op():
+    """Traced, the fold is the op w8a8::fold_zero_point, which Inductor calls rather than
+    regenerates (its Triton code would contract the multiply-subtract into an FMA): compiled
+    with Inductor, the output is eager's bit for bit."""
+    layer = _layer()
+    x = torch.randn(17, K)
+    graph = torch.export.export(layer, (x,)).graph
+    assert torch.ops.w8a8.fold_zero_point.default in [n.target for n in graph.nodes]
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(layer, fullgraph=True)(x), layer(x))
 
 
 @pytest.mark.cuda
