@@ -210,12 +210,19 @@ for _name in ("scaled_mm", "linear", "rms_norm_quant", "add_rms_norm_quant", "si
 # --- public wrappers -----------------------------------------------------------------------
 
 
-def _triton_eager(t) -> bool:
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _triton_eager(*tensors: torch.Tensor) -> bool:
     """Whether a fused producer's wrapper may call its Triton kernel (the op's only GPU kernel)
-    without the dispatcher: a plain CUDA tensor outside autograd and tracing. The op's CUDA
-    implementation is that same function; the round trip through the dispatcher into Python
-    costs more host time than the launch (compile and export see the op)."""
-    return type(t) is torch.Tensor and t.is_cuda and not t.requires_grad and not torch.compiler.is_compiling()
+    without the dispatcher: every input a plain CUDA tensor, none asked for a gradient (the
+    op's autograd entry raises inference-only), nothing tracing. The op's CUDA implementation
+    is that same function; the round trip through the dispatcher into Python costs more host
+    time than the launch (compile and export see the op)."""
+    if torch.compiler.is_compiling():
+        return False
+    grad = torch.is_grad_enabled()
+    return all(type(t) in _PLAIN and t.is_cuda and not (grad and t.requires_grad) for t in tensors)
 
 
 def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -378,12 +385,12 @@ def rms_norm_quant(
     """
     if residual is None:
         if backend is None:
-            if _triton_eager(x):
+            if _triton_eager(x, weight):
                 return _triton_rms_norm_quant(x, weight, eps)
             return torch.ops.w8a8.rms_norm_quant.default(x, weight, eps)
         return dispatch.named_kernel("rms_norm_quant", x, backend)(x, weight, eps)
     if backend is None:
-        if _triton_eager(x):
+        if _triton_eager(x, residual, weight):
             return _triton_add_rms_norm_quant(x, residual, weight, eps)
         return torch.ops.w8a8.add_rms_norm_quant.default(x, residual, weight, eps)
     return dispatch.named_kernel("add_rms_norm_quant", x, backend)(x, residual, weight, eps)
@@ -412,7 +419,7 @@ def silu_mul_quant(
     scales : Tensor [..., 1], float32.
     """
     if backend is None:
-        if _triton_eager(gate):
+        if _triton_eager(gate, up):
             return _triton_silu_mul_quant(gate, up)
         return torch.ops.w8a8.silu_mul_quant.default(gate, up)
     return dispatch.named_kernel("silu_mul_quant", gate, backend)(gate, up)

@@ -152,18 +152,25 @@ def test_export_save_load_run(tmp_path):
             assert torch.equal(gpu(x.cuda()), model_gpu(x.cuda()))
 
 
-@pytest.mark.parametrize("op", ["rms_norm_quant", "add_rms_norm_quant", "silu_mul_quant"])
-def test_a_backward_through_a_fused_producer_raises(op):
-    """The fused producers are inference only, as scaled_mm and linear are: a backward raises with
-    the op's name instead of leaving the float inputs without a gradient."""
-    x = torch.randn(3, 32, requires_grad=True)
-    weight = torch.ones(32)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op, grad_input", [
+    ("rms_norm_quant", "x"), ("rms_norm_quant", "weight"), ("add_rms_norm_quant", "x"),
+    ("add_rms_norm_quant", "residual"), ("add_rms_norm_quant", "weight"), ("silu_mul_quant", "x"),
+    ("silu_mul_quant", "up")])
+def test_a_backward_through_a_fused_producer_raises(op, grad_input, device):
+    """The fused producers are inference only, as scaled_mm and linear are: a backward into any
+    of their float inputs raises with the op's name instead of leaving it without a gradient
+    (on a GPU too, where the eager wrappers skip the dispatcher otherwise)."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    x, other = (torch.randn(3, 32, device=device, dtype=dtype) for _ in range(2))
+    weight = torch.randn(32, device=device, dtype=dtype)
+    {"x": x, "weight": weight, "residual": other, "up": other}[grad_input].requires_grad_(True)
     if op == "silu_mul_quant":
-        out = w8a8.ops.silu_mul_quant(x, torch.randn(3, 32))
+        out = w8a8.ops.silu_mul_quant(x, other)
     elif op == "rms_norm_quant":
         out = w8a8.ops.rms_norm_quant(x, weight, 1e-6)
     else:
-        out = w8a8.ops.rms_norm_quant(x, weight, 1e-6, residual=torch.randn(3, 32))
+        out = w8a8.ops.rms_norm_quant(x, weight, 1e-6, residual=other)
     grad_out = out[1] if op == "silu_mul_quant" else out[2]  # scales / normed: float outputs
     with pytest.raises(RuntimeError, match=rf"w8a8\.{op} is inference only"):
         grad_out.sum().backward()
