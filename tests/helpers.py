@@ -268,6 +268,20 @@ class Tiny(torch.nn.Module):
         return self.lm_head(self.fc2(torch.relu(self.fc1(x))))
 
 
+def module_snapshot(model):
+    """(a copy of the state dict, each submodule's class): what a refused load must leave as it was."""
+    return {k: v.clone() for k, v in model.state_dict().items()}, {n: type(m) for n, m in model.named_modules()}
+
+
+def assert_untouched(model, before):
+    """``model`` holds the tensors and submodule classes of ``before`` (a ``module_snapshot``), bit for bit."""
+    tensors, types = before
+    assert {n: type(m) for n, m in model.named_modules()} == types
+    after = model.state_dict()
+    assert set(after) == set(tensors)
+    assert all(torch.equal(after[k], tensors[k]) for k in tensors)
+
+
 def sentence_transformers_folder(tmp_path):
     """A synthetic sentence-transformers folder: BERT weights, tokenizer files, modules.json,
     1_Pooling/ (no download). Returns (the BertModel, the folder)."""

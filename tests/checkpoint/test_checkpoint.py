@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import w8a8
-from helpers import Tiny
+from helpers import Tiny, assert_untouched, module_snapshot
 from w8a8 import reference
 from w8a8.checkpoint.safetensors_io import CheckpointError
 
@@ -18,20 +18,6 @@ import transformers
 from compressed_tensors.compressors import ModelCompressor
 from compressed_tensors.quantization.utils.helpers import calculate_qparams
 from safetensors.torch import load_file, save_file
-
-
-
-
-def _state(model):
-    return {k: v.clone() for k, v in model.state_dict().items()}, {n: type(m) for n, m in model.named_modules()}
-
-
-def _assert_untouched(model, before):
-    tensors, types = before
-    assert {n: type(m) for n, m in model.named_modules()} == types
-    after = model.state_dict()
-    assert set(after) == set(tensors)
-    assert all(torch.equal(after[k], tensors[k]) for k in tensors)
 
 
 def _read_json(path):
@@ -289,10 +275,10 @@ def test_bad_file_clear_error_and_model_untouched(tmp_path, case):
     edit, message = BAD_FILES[case]
     _rewrite(out, edit)
     model = Tiny()
-    before = _state(model)
+    before = module_snapshot(model)
     with pytest.raises(CheckpointError, match=message):
         w8a8.load_quantized(model, out)
-    _assert_untouched(model, before)
+    assert_untouched(model, before)
 
 
 def test_unexpected_key_is_a_warning_when_not_strict(tmp_path):
@@ -312,10 +298,10 @@ def test_truncated_file(tmp_path, cut):
     with open(path, "wb") as f:
         f.write(data[: cut if 0 < cut < 8 + n else len(data) + cut])
     model = Tiny()
-    before = _state(model)
+    before = module_snapshot(model)
     with pytest.raises(CheckpointError, match=r"truncated"):
         w8a8.load_quantized(model, out)
-    _assert_untouched(model, before)
+    assert_untouched(model, before)
 
 
 UNSUPPORTED = {
@@ -335,10 +321,10 @@ def test_unsupported_scheme_names_layer_and_scheme(tmp_path, case):
     cfg["quantization_config"]["config_groups"]["group_0"][field].update(change)
     _write_json(cfg, path)
     model = Tiny()
-    before = _state(model)
+    before = module_snapshot(model)
     with pytest.raises(ValueError, match=rf"layer 'fc1' \(group_0\) has an unsupported scheme: {why}.*supported: weights int8 symmetric"):
         w8a8.load_quantized(model, out)
-    _assert_untouched(model, before)
+    assert_untouched(model, before)
 
 
 def test_no_safetensors_never_unpickles(tmp_path):

@@ -8,10 +8,8 @@ import torch
 from torch import nn
 
 import w8a8
-from helpers import Tiny
+from helpers import Tiny, assert_untouched, module_snapshot
 from w8a8 import CheckpointError
-
-
 
 
 def _saved(tmp_path, **kw):
@@ -22,23 +20,12 @@ def _saved(tmp_path, **kw):
     return model, out
 
 
-def _snapshot(model):
-    return {k: v.clone() for k, v in model.state_dict().items()}, {n: type(m) for n, m in model.named_modules()}
-
-
-def _assert_untouched(model, before):
-    tensors, types = before
-    assert {n: type(m) for n, m in model.named_modules()} == types
-    after = model.state_dict()
-    assert set(after) == set(tensors) and all(torch.equal(after[k], tensors[k]) for k in tensors)
-
-
 def _refused(out, match, **kw):
     model = Tiny()
-    before = _snapshot(model)
+    before = module_snapshot(model)
     with pytest.raises(CheckpointError, match=match):
         w8a8.load_quantized(model, out, **kw)
-    _assert_untouched(model, before)
+    assert_untouched(model, before)
 
 
 def _write_raw(path, header, data):
@@ -244,7 +231,7 @@ def test_bad_dtype_is_refused_before_the_model_is_touched(tmp_path):
 def test_a_late_failure_leaves_the_model_as_it_was(tmp_path, monkeypatch):
     _, out = _saved(tmp_path)
     model = Tiny()
-    before = _snapshot(model)
+    before = module_snapshot(model)
 
     def fail(self, *args, **kwargs):
         raise RuntimeError("late failure")
@@ -253,7 +240,7 @@ def test_a_late_failure_leaves_the_model_as_it_was(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="late failure"):
         w8a8.load_quantized(model, out)
     monkeypatch.undo()
-    _assert_untouched(model, before)
+    assert_untouched(model, before)
 
 
 def test_missing_folder_is_named(tmp_path):
