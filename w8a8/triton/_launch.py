@@ -69,7 +69,8 @@ def launch(t: torch.Tensor, kernel, grid: tuple, *args, **kwargs) -> None:
     """``kernel[grid](*args, **kwargs)`` on ``t``'s device and current stream. ``args`` are the
     kernel's leading parameters, ``kwargs`` the rest of them (its constexprs) and its launch
     options (``num_warps``, ...)."""
-    if t.is_cuda and _fast_path_usable():
+    fast = t.is_cuda and _fast_path_usable()
+    if fast:
         key = (kernel, t.device.index, tuple(map(_arg_key, args)), tuple(kwargs.items()))
         compiled = _COMPILED.get(key)
         if compiled is not None:
@@ -81,8 +82,8 @@ def launch(t: torch.Tensor, kernel, grid: tuple, *args, **kwargs) -> None:
             return
     with launching(t):
         compiled = kernel[grid](*args, **kwargs)
-    if t.is_cuda and _fast_path_usable() and all(name in kwargs for name in kernel.arg_names[len(args):]):
-        _COMPILED[(kernel, t.device.index, tuple(map(_arg_key, args)), tuple(kwargs.items()))] = compiled
+    if fast and all(name in kwargs for name in kernel.arg_names[len(args):]):
+        _COMPILED[key] = compiled
 
 
 def _fast_path_usable() -> bool:
