@@ -3,7 +3,7 @@ residual add) and SiLU(gate) * up, each followed by the per-token int8 quantizer
 
 One file for both kernels: each is the per-token quantizer of ``quant.py`` behind an
 elementwise prologue, and they share its jitted helpers, its launch shapes and the plan
-below; their tests are ``tests/test_fused_quant.py``. The math is ``w8a8.reference``
+below; their tests are ``tests/ops/test_fused_quant.py``. The math is ``w8a8.reference``
 (``rms_norm_quant``, ``add_rms_norm_quant``, ``silu_mul_quant``), in the model dtype
 ``dt`` with fp32 inside and the reference's roundings to dt::
 

@@ -30,7 +30,7 @@ Exactness notes, shared by both kernels:
   ``_row_scales``, ``_quantize_rows``) are also the quantizer of ``fused_quant.py``.
 * Compiled offline for sm_90 with Triton 3.6 and 3.9, ``div_rn`` is ``div.rn.f32``
   (no ``.ftz``: subnormals are kept, as in the reference) and the rint constant
-  survives as an ``add.f32`` (two in the static kernel); tests/test_triton_kernels.py
+  survives as an ``add.f32`` (two in the static kernel); tests/kernels/test_triton_kernels.py
   checks both in the PTX.
 """
 from __future__ import annotations
