@@ -65,9 +65,6 @@ def _(weight, weight_scale, input_scale, input_zero_point, bias):
     return weight.new_empty(weight.shape[:1], dtype=torch.float32)
 
 
-_PLAIN = (torch.Tensor, nn.Parameter)
-
-
 def _keepable(sources: tuple) -> bool:
     """Whether a folded bias computed from ``sources`` may be kept for later forwards: in plain
     eager only (not traced by torch.compile / torch.export, not captured into a CUDA graph), from
@@ -76,7 +73,7 @@ def _keepable(sources: tuple) -> bool:
     if torch.compiler.is_compiling():
         return False
     tensors = [t for t in sources if t is not None]
-    if any(type(t) not in _PLAIN or t.is_inference() for t in tensors):
+    if any(type(t) not in ops.PLAIN_TENSORS or t.is_inference() for t in tensors):
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False

@@ -210,7 +210,8 @@ for _name in ("scaled_mm", "linear", "rms_norm_quant", "add_rms_norm_quant", "si
 # --- public wrappers -----------------------------------------------------------------------
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+# Tensor types without a subclass's own dispatch: the ones a shortcut may hand to a kernel directly.
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
 def _triton_eager(*tensors: torch.Tensor) -> bool:
@@ -222,7 +223,7 @@ def _triton_eager(*tensors: torch.Tensor) -> bool:
     if torch.compiler.is_compiling():
         return False
     grad = torch.is_grad_enabled()
-    return all(type(t) in _PLAIN and t.is_cuda and not (grad and t.requires_grad) for t in tensors)
+    return all(type(t) in PLAIN_TENSORS and t.is_cuda and not (grad and t.requires_grad) for t in tensors)
 
 
 def quantize_per_token(x: torch.Tensor, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:

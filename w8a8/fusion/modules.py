@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 from w8a8 import ops
-from w8a8.linear import QuantizedActivation, W8A8Linear, _frozen
+from w8a8.linear import QuantizedActivation, W8A8Linear, _frozen, _stream_id
 
 # Above this many tokens a merged group runs one GEMM per member (on row slices of the merged
 # weight, sharing the codes): the merged GEMM pays while the GEMMs are short, the separate ones
@@ -65,10 +65,6 @@ def _version(x: torch.Tensor) -> int:
     return -1 if x.is_inference() else x._version
 
 
-def _stream_id(x: torch.Tensor) -> int:
-    return torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else 0
-
-
 @dataclass
 class _Computed:
     """What was computed from one tensor object: its codes and scales, and (merged) every member's output."""
@@ -82,9 +78,7 @@ class _Computed:
     outputs: list | None = None
 
     def valid_for(self, x: torch.Tensor) -> bool:
-        if self.source() is not x or (-1 if x.is_inference() else x._version) != self.version:
-            return False
-        return (torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else 0) == self.stream
+        return self.source() is x and _version(x) == self.version and _stream_id(x) == self.stream
 
 
 def _computed(x: torch.Tensor, pending: list[bool], **fields) -> _Computed:
