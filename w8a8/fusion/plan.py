@@ -325,25 +325,33 @@ def _plan(model: nn.Module, rec: _Recorder, merge: bool) -> FusionReport:
             report.merged.append(report.groups[-1])
     for key, (norm, wname, eps_name) in norms.items():
         x = _probe(getattr(norm, wname).shape[0], rec.like[key])
-        with torch.no_grad():
-            want = type(norm).forward(norm, x)
-        swap_in(norm, QuantizingRMSNorm, weight=wname, eps=eps_name, readers=shared[key],
-                fixed=fixed_objects(norm, read_now=(eps_name,)))
-        if _steps_aside(norm, x, want):
+        want = _own_output(norm, x)
+        if _swapped_in(norm, x, want, QuantizingRMSNorm, weight=wname, eps=eps_name, readers=shared[key],
+                       fixed=fixed_objects(norm, read_now=(eps_name,))):
             report.norms.append(names.get(id(norm), "?"))
-        else:
-            swap_out(norm)
     for mlp, key, down, gate_first in mlps:
         x = _probe(shared[key].members[0].in_features, rec.like[key])
-        with torch.no_grad():
-            want = type(mlp).forward(mlp, x)
-        swap_in(mlp, QuantizingGatedMLP, group=shared[key], gate_first=gate_first, down=down,
-                eval_only=_mode_matters(mlp, x, want), fixed=fixed_objects(mlp))
-        if _steps_aside(mlp, x, want):
+        want = _own_output(mlp, x)
+        if _swapped_in(mlp, x, want, QuantizingGatedMLP, group=shared[key], gate_first=gate_first, down=down,
+                       eval_only=_mode_matters(mlp, x, want), fixed=fixed_objects(mlp)):
             report.mlps.append(names.get(id(mlp), "?"))
-        else:
-            swap_out(mlp)
     return report
+
+
+def _own_output(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The module's own forward on the probe, before any swap."""
+    with torch.no_grad():
+        return type(module).forward(module, x)
+
+
+def _swapped_in(module: nn.Module, x: torch.Tensor, want: torch.Tensor, cls: type, **plan) -> bool:
+    """Swap ``cls`` in, and keep it only where the model's own forward still runs on the
+    swapped module (``_steps_aside``); returns whether it was kept."""
+    swap_in(module, cls, **plan)
+    if _steps_aside(module, x, want):
+        return True
+    swap_out(module)
+    return False
 
 
 # --- fuse_model / unfuse_model -------------------------------------------------------------------
