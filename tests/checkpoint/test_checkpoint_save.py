@@ -28,6 +28,14 @@ def _quantized(model_fn=Tiny):
     return model
 
 
+def _quantized_llama_and_logits(batch, tokens):
+    """A quantized 2-layer Llama, token ids of that shape, and its logits on them."""
+    model = _quantized(_llama)
+    ids = torch.randint(0, 256, (batch, tokens))
+    with torch.no_grad():
+        return model, ids, model(ids).logits
+
+
 def _tensors(folder):
     from safetensors.torch import load_file
 
@@ -47,10 +55,7 @@ def _siblings(folder):
 
 
 def test_llama_save_reloads_without_writing_the_config_by_hand(tmp_path):
-    model = _quantized(_llama)
-    ids = torch.randint(0, 256, (2, 7))
-    with torch.no_grad():
-        ref = model(ids).logits
+    model, ids, ref = _quantized_llama_and_logits(2, 7)
     out = str(tmp_path / "q")
     w8a8.save_quantized(model, out, progress=False)
     cfg = json.load(open(os.path.join(out, "config.json")))
@@ -64,10 +69,7 @@ def test_llama_save_reloads_without_writing_the_config_by_hand(tmp_path):
 
 def test_transformers_loads_our_folder_with_compressed_tensors(tmp_path):
     pytest.importorskip("compressed_tensors")
-    model = _quantized(_llama)
-    ids = torch.randint(0, 256, (2, 7))
-    with torch.no_grad():
-        ref = model(ids).logits
+    model, ids, ref = _quantized_llama_and_logits(2, 7)
     out = str(tmp_path / "q")
     w8a8.save_quantized(model, out, progress=False)
     hf = transformers.AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
@@ -83,10 +85,7 @@ def test_transformers_loads_our_folder_with_compressed_tensors(tmp_path):
 
 
 def test_save_pretrained_writes_the_int8_checkpoint(tmp_path):
-    model = _quantized(_llama)
-    ids = torch.randint(0, 256, (1, 5))
-    with torch.no_grad():
-        ref = model(ids).logits
+    model, ids, ref = _quantized_llama_and_logits(1, 5)
     out = str(tmp_path / "sp")
     model.save_pretrained(out)
     cfg = json.load(open(os.path.join(out, "config.json")))
@@ -100,8 +99,6 @@ def test_save_pretrained_writes_the_int8_checkpoint(tmp_path):
     again = w8a8.from_pretrained(out, progress=False)
     again.save_pretrained(str(tmp_path / "sp2"))
     assert "quantization_config" in json.load(open(tmp_path / "sp2" / "config.json"))
-
-
 
 
 def test_source_side_files_and_sentence_transformers_modules_are_kept(tmp_path):
