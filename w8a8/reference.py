@@ -45,7 +45,7 @@ transformers' ``LlamaRMSNorm`` and ``LlamaMLP`` compute them (bit for bit on the
 order, and (on the CPU) an rsqrt and an exp within 1 ulp of fp32, not correctly rounded.
 Kernels round exactly where the reference rounds, so their codes and scales are
 bit-identical to ``quantize_per_token`` of their own normed / p; normed and p themselves
-can differ in the last place where those three functions do (``w8a8.triton.fused_quant``).
+can differ in the last place where those three functions do (``w8a8.triton.fused_common``).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 * quantization: bit-identical (q and scale, NaN-aware), on odd K, leading dims,
   strided rows, zero rows, Inf/NaN rows, exact .5 ties, every input dtype;
-* the fused norm / SiLU-mul quantizers (tests/test_fused_quant.py): their sm_90 code's
+* the fused norm / SiLU-mul quantizers (tests/ops/test_fused_quant.py): their sm_90 code's
   divisions, square roots and flush-to-zero, checked offline;
 * scaled_mm: every output element within 1 ulp of the reference (NaN-filled
   outputs, so an element the kernel does not write fails), odd M/N/K, scalar and
@@ -320,7 +320,8 @@ _SM90_COMPILE_SCRIPT = textwrap.dedent(
     from triton.compiler import ASTSource
     quant = importlib.import_module("w8a8.triton.quant")
     mm = importlib.import_module("w8a8.triton.scaled_mm")
-    fused = importlib.import_module("w8a8.triton.fused_quant")
+    norm = importlib.import_module("w8a8.triton.norm_quant")
+    silu = importlib.import_module("w8a8.triton.silu_quant")
 
     def facts(name, fn, signature, constexprs, options, aligned, **extra):
         attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
@@ -364,10 +365,10 @@ _SM90_COMPILE_SCRIPT = textwrap.dedent(
     for dtype, k in [("*bf16", 4096), ("*fp16", 14336), ("*fp32", 100)]:
         c = quant.per_token_config(k)
         shape = dict(ROWS=c.rows, BLOCK_K=c.block_k, SINGLE_PASS=c.single_pass)
-        facts(f"fused/rms_norm/{dtype[1:]}/K={k}", fused._rms_norm_quant_kernel,
+        facts(f"fused/rms_norm/{dtype[1:]}/K={k}", norm._rms_norm_quant_kernel,
               {**norm_sig, **{n: dtype for n in ("x_ptr", "res_ptr", "w_ptr", "normed_ptr", "sum_ptr")}},
               dict(HAS_RESIDUAL=k != 100, **shape), dict(num_warps=c.num_warps), [0, 1, 2, 3, 4, 5, 6])
-        facts(f"fused/silu_mul/{dtype[1:]}/K={k}", fused._silu_mul_quant_kernel,
+        facts(f"fused/silu_mul/{dtype[1:]}/K={k}", silu._silu_mul_quant_kernel,
               {**silu_sig, **{n: dtype for n in ("g_ptr", "u_ptr", "p_ptr")}},
               dict(STORE_PRODUCT=False, **shape), dict(num_warps=c.num_warps), [0, 1, 2, 3, 4])
 
@@ -419,8 +420,8 @@ def test_sm90_quantize_ptx_is_ieee(sm90_ptx_facts):
 
 
 def test_sm90_fused_quant_ptx(sm90_ptx_facts):
-    """On the GPU, the fused kernels (w8a8/triton/fused_quant.py): IEEE divisions, the norm's
-    sqrt correctly rounded (no rsqrt), the quantizer's rint addition; the only flush-to-zero
+    """On the GPU, the fused kernels (w8a8/triton/norm_quant.py, silu_quant.py): IEEE divisions,
+    the norm's sqrt correctly rounded (no rsqrt), the quantizer's rint addition; the only flush-to-zero
     is SiLU's ex2.approx.ftz on [-1/2, 1/2], whose inputs and results are never subnormal,
     and the norm has no ex2 at all."""
     fused_facts = [f for name, f in sm90_ptx_facts.items() if name.startswith("fused")]

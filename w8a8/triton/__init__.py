@@ -6,10 +6,12 @@ interpreter: ``TRITON_INTERPRET=1`` must be set before this package is imported.
 
 * ``quant.py``     - ``quantize_per_token``, ``quantize_static`` (bit-identical to the reference)
 * ``scaled_mm.py`` - ``scaled_mm`` and its tile-config table ``SCALED_MM_CONFIGS``
-* ``fused_quant.py`` - ``rms_norm_quant`` (with or without the residual add) and
-  ``silu_mul_quant``: the per-token quantizer behind RMSNorm / SiLU(gate) * up
+* ``norm_quant.py`` - ``rms_norm_quant`` (with or without the residual add): the per-token
+  quantizer behind RMSNorm
+* ``silu_quant.py`` - ``silu_mul_quant``: the per-token quantizer behind SiLU(gate) * up
+* ``fused_common.py`` - what those two share
 """
-from w8a8.triton.fused_quant import rms_norm_quant, silu_mul_quant
+from w8a8.triton.norm_quant import rms_norm_quant
 from w8a8.triton.quant import (
     PerTokenConfig,
     StaticConfig,
@@ -27,6 +29,7 @@ from w8a8.triton.scaled_mm import (
     scaled_mm_out,
     select_config,
 )
+from w8a8.triton.silu_quant import silu_mul_quant
 
 __all__ = [
     "PerTokenConfig",

@@ -27,7 +27,8 @@ Exactness notes, shared by both kernels:
 * Non-finite values are detected with ``|x| <= FLT_MAX`` (false for Inf and NaN),
   never through ``tl.max``, whose NaN propagation is unspecified.
 * The device helpers below (``_rint``, ``_row_stats``, ``_accumulate_stats``,
-  ``_row_scales``, ``_quantize_rows``) are also the quantizer of ``fused_quant.py``.
+  ``_row_scales``, ``_quantize_rows``) are also the quantizer of ``norm_quant.py`` and
+  ``silu_quant.py``.
 * Compiled offline for sm_90 with Triton 3.6 and 3.9, ``div_rn`` is ``div.rn.f32``
   (no ``.ftz``: subnormals are kept, as in the reference) and the rint constant
   survives as an ``add.f32`` (two in the static kernel); tests/kernels/test_triton_kernels.py

@@ -62,8 +62,8 @@ def per_token_config(k: int) -> PerTokenConfig:
     return PerTokenConfig(PER_TOKEN_STREAM_BLOCK_K, 1, False, PER_TOKEN_STREAM_WARPS)
 
 
-# The fused producer kernels (fused_quant.py) compute more per element than the quantizer
-# (the norm or SiLU, two roundings, IEEE divisions), so their shapes are their own:
+# The fused producer kernels (norm_quant.py, silu_quant.py) compute more per element than the
+# quantizer (the norm or SiLU, two roundings, IEEE divisions), so their shapes are their own:
 # * RMSNorm: K <= 8192 stays in registers (one row per program), 16 warps up to
 #   FUSED_FEW_ROWS rows, 8 above; K up to FUSED_MAX_SINGLE_PASS_K up to FUSED_SINGLE_PASS_ROWS
 #   rows in registers over 32 warps; otherwise the quantizer's two-pass loop.

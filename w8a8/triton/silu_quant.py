@@ -1,90 +1,44 @@
-"""Triton kernels of the fused producer + quantization ops: RMSNorm (with or without the
-residual add) and SiLU(gate) * up, each followed by the per-token int8 quantizer.
+"""Triton kernel of ``silu_mul_quant``: SiLU(gate) * up, then the per-token int8 quantizer
+(``fused_common.py``: the math, the exactness both fused kernels share).
 
-One file for both kernels: each is the per-token quantizer of ``quant.py`` behind an
-elementwise prologue, and they share its jitted helpers, its launch shapes and the plan
-below; their tests are ``tests/ops/test_fused_quant.py``. The math is ``w8a8.reference``
-(``rms_norm_quant``, ``add_rms_norm_quant``, ``silu_mul_quant``), in the model dtype
-``dt`` with fp32 inside and the reference's roundings to dt::
+Plan: ``quant_configs.fused_config(F, rows, op="silu_mul")``'s launch shapes
+[evidence quant.fused-config]. A program per SM (``FUSED_SILU_PROGRAMS_PER_SM``), each looping
+over rows and loading its next row while it works on this one. A row of up to 16384 columns is
+held in registers as chunks of a power of two (F = 14336: 7 x 2048, no masked columns), p kept
+as DT (bf16 / fp16: two values an int32) between its stats and its codes: SiLU is computed
+once per element at every M. Longer rows stream twice (stats, then codes, recomputing p). Per
+element: exp's 2**n is an exponent-field add (no F2I, no two multiplications), the stats are
+an integer max of |x|'s bits, the codes come from the row's reciprocal and two FMA corrections
+instead of an IEEE division, roundings to DT are cvt.rn on the GPU, no second pass.
 
-    s      = x, or dt(x + residual)                        (stored: sum)
-    normed = dt(weight * dt(s * rstd)),  rstd = div_rn(1, sqrt_rn(mean(s**2) + eps))
-    p      = dt(dt(silu(gate)) * up),    silu(g) = div_rn(g, 1 + exp(-g))
-    codes, scales = quantize_per_token(normed or p)        (quant.py's helpers)
+Exactness (beyond ``fused_common.py``'s):
 
-Plan: ``quant_configs.fused_config(K, rows)``'s launch shapes (SiLU-mul has its own,
-``op="silu_mul"``) [evidence quant.fused-config].
-
-* RMSNorm: per-row programs; rows up to 8192 columns (16384 with up to 1024 rows) stay in
-  registers, short rows packed several per program; longer rows stream in 2048-wide tiles in
-  three passes (sum of squares and ``sum``; normed and its row stats; codes), recomputing
-  instead of reading back what the program wrote.
-* SiLU-mul: a program per SM (``FUSED_SILU_PROGRAMS_PER_SM``), each looping over rows and
-  loading its next row while it works on this one. A row of up to 16384 columns is held in
-  registers as chunks of a power of two (F = 14336: 7 x 2048, no masked columns), p kept as
-  DT (bf16 / fp16: two values an int32) between its stats and its codes: SiLU is computed
-  once per element at every M.
-  Longer rows stream twice (stats, then codes, recomputing p). Per element: exp's 2**n is an
-  exponent-field add (no F2I, no two multiplications), the stats are an integer max of |x|'s
-  bits, the codes come from the row's reciprocal and two FMA corrections instead of an IEEE
-  division, roundings to DT are cvt.rn on the GPU, no second pass.
-
-Exactness:
-
-* codes and scales are bit-identical to ``reference.quantize_per_token`` of the kernel's
-  own normed / p: the same helpers as ``quant.py`` (IEEE division, the rint magic,
-  non-finite detection) on the dt values; SiLU-mul's codes come from ``_codes``, which is
-  rint(div_rn(p, scale)) by Markstein's theorem (rows whose scale is below 2**-60, zero
-  rows and rows holding Inf/NaN take the IEEE division), and its scales from the max of
-  |x|'s bits before the rounding to dt (``_row_stats_from_bits``: the same amax and flags).
-* ``sum`` is bit-identical: one fp32 add rounded to dt, as the reference.
-* normed: the mean's fp32 summation order cannot match torch's, and torch.rsqrt (the
-  reference's, as transformers calls it) is within 1 ulp on the CPU, not correctly
-  rounded, so rstd can differ from the reference's by an ulp or two of fp32. For fp16
-  and bf16 that moves a rare element of n = dt(s * rstd) by one unit in the last place
-  of dt, which ``weight * n`` can widen to two in normed (|weight| * ulp(n) spans up to
-  two ulps of the product's binade); tests: within 2 ulp, >= 99.9% of elements equal.
-  For fp32, where nothing rounds it away, most elements of such a row differ by a few ulp.
+* codes are ``_codes``, which is rint(div_rn(p, scale)) by Markstein's theorem (rows whose
+  scale is below 2**-60, zero rows and rows holding Inf/NaN take the IEEE division), and
+  scales come from the max of |x|'s bits before the rounding to dt
+  (``_row_stats_from_bits``: the same amax and flags).
 * p: exp is not correctly rounded anywhere (torch: Sleef on the CPU, expf on CUDA). Here
   exp(v) = 2**n * exp2(r / ln 2) with a Cody-Waite reduction (|r| <= ln(2) / 2), so its
   error does not grow with |v| as exp2(v / ln 2) would (GPU: ex2.approx on [-1/2, 1/2]).
   a = dt(silu(g)) then differs from the reference by one ulp of dt in rare elements for
-  fp16 / bf16, p = dt(a * up) by up to two (as normed above); a few ulp for fp32.
+  fp16 / bf16, p = dt(a * up) by up to two (as the norm's normed); a few ulp for fp32.
   p is bit for bit what the same reduction gives with 2**n as two multiplications (FMA
   contraction included, and 1 + exp(-g) identical: tests compare every bf16 and fp16 gate
   value, and the sm_90 instructions of the reduction).
-* Triton's default FMA contraction (seen in the sm_90 PTX) fuses only the sum of squares
-  and exp's reduction, never an operation whose rounding the reference states (the FMAs
-  of ``_codes`` are explicit ``tl.fma``: one rounding in the interpreter too).
-* Rounding to bf16 is integer round-to-nearest-even on the fp32 bits (torch's own
-  algorithm) in the norm and wherever the interpreter runs the kernels: its fp32 -> bf16
-  casts truncate, and this way the CPU tests run the expression the GPU runs. SiLU-mul
-  rounds with cvt.rn on the GPU (the same values: the tests compare it with the integer
-  rounding over every gate value). fp16 casts round to nearest even everywhere.
 """
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from w8a8.triton._launch import launch
-from w8a8.triton.quant import (
-    _FLT_MAX,
-    _RINT_MAGIC,
-    _accumulate_stats,
-    _as_rows,
-    _quantize_rows,
-    _row_scales,
-    _row_stats,
-    empty_codes,
-)
+from w8a8.triton.fused_common import _INTERPRET, _outputs, _round_to, _to_dt
+from w8a8.triton.quant import _FLT_MAX, _RINT_MAGIC, _as_rows, _quantize_rows, _row_scales
 from w8a8.triton.quant_configs import FUSED_SILU_PROGRAMS_PER_SM, fused_config
 
-_LOG2E = tl.constexpr(1.4426950408889634)
 _NEG_LOG2E = tl.constexpr(-1.4426950408889634)
 # ln 2 in two parts: the high part has 15 significant bits, so n * _LN2_HI is exact for
 # |n| < 2**9 and v - n * _LN2_HI is exact (Sterbenz).
@@ -95,7 +49,6 @@ _LN2_LO = tl.constexpr(1.4286068203094172e-06)
 # normal fp32 exponent step (n in [-115, 128]).
 _EXP_MIN = tl.constexpr(-80.0)
 _EXP_MAX = tl.constexpr(89.0)
-_INF = tl.constexpr(float("inf"))
 _INF_BITS = tl.constexpr(0x7F800000)
 _ABS_BITS = tl.constexpr(0x7FFFFFFF)
 # The smallest scale quantized with a reciprocal (``_codes``): 2**-60. Rows with a smaller
@@ -104,35 +57,7 @@ _ABS_BITS = tl.constexpr(0x7FFFFFFF)
 _MIN_RECIPROCAL_SCALE = tl.constexpr(8.673617379884035e-19)
 
 
-def _interpreting() -> bool:
-    """Whether Triton runs its kernels in the interpreter (decided, as Triton decides it, when
-    this module's kernels are decorated)."""
-    try:
-        return bool(triton.knobs.runtime.interpret)
-    except AttributeError:  # a Triton without knobs
-        return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
-# The interpreter truncates fp32 -> bf16 casts (the GPU's cvt.rn rounds to nearest even), so
-# under it the kernels round with ``_round_to``'s integer expression instead (same values).
-_INTERPRET = tl.constexpr(_interpreting())
-
-
 # --- device helpers --------------------------------------------------------------------------
-
-
-@triton.jit
-def _round_to(v, DT: tl.constexpr):
-    """fp32 v rounded to DT (nearest even) and returned as fp32: the value that casting to
-    DT and back gives on the GPU, in the interpreter too."""
-    if DT == tl.bfloat16:
-        bits = v.to(tl.int32, bitcast=True)
-        bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & -65536
-        return tl.where(v == v, bits.to(tl.float32, bitcast=True), _INF - _INF)  # NaN stays NaN
-    elif DT == tl.float16:
-        return v.to(tl.float16).to(tl.float32)
-    else:
-        return v
 
 
 @triton.jit
@@ -158,50 +83,6 @@ def _exp_neg(g):
     r = (c + n * _LN2_HI) + n * _LN2_LO  # -r
     bits = tl.exp2(r * _NEG_LOG2E).to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)
     return tl.minimum(bits, _INF_BITS).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _to_dt(v, DT: tl.constexpr):
-    """fp32 v rounded to DT (nearest even). On the GPU a DT tensor (cvt.rn: one instruction,
-    where ``_round_to``'s integer expression for bf16 takes six); in the interpreter, whose
-    fp32 -> bf16 casts truncate, the same values as fp32 (``_round_to``). ``.to(tl.float32)``
-    of either is the rounded value."""
-    if DT == tl.bfloat16:
-        if _INTERPRET:
-            return _round_to(v, DT)
-        else:
-            return v.to(tl.bfloat16)
-    elif DT == tl.float16:
-        return v.to(tl.float16)
-    else:
-        return v
-
-
-@triton.jit
-def _load_s(x_rows, r_rows, sum_rows, cols, mask, HAS_RESIDUAL: tl.constexpr, STORE_SUM: tl.constexpr,
-            DT: tl.constexpr):
-    """s of a [ROWS, BLOCK] tile in fp32: x, or x + residual rounded to DT (stored when STORE_SUM)."""
-    s = tl.load(x_rows + cols, mask=mask, other=0.0).to(tl.float32)
-    if HAS_RESIDUAL:
-        s = _round_to(s + tl.load(r_rows + cols, mask=mask, other=0.0).to(tl.float32), DT)
-        if STORE_SUM:
-            tl.store(sum_rows + cols, s.to(DT), mask=mask)
-    return s
-
-
-@triton.jit
-def _rstd(sum_sq, K, eps):
-    """1 / sqrt(mean + eps) per row, each step correctly rounded."""
-    var = tl.math.div_rn(sum_sq, K * 1.0)  # (K * 1.0: K may arrive as the constexpr 1)
-    return tl.math.div_rn(tl.full(var.shape, 1.0, tl.float32), tl.sqrt_rn(var + eps))
-
-
-@triton.jit
-def _normed(s, rstd, w_ptr, cols, mask, DT: tl.constexpr):
-    """normed of a tile in fp32 (0 outside the row, so the row stats see only the row)."""
-    n = _round_to(s * rstd[:, None], DT)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    return tl.where(mask, _round_to(w * n, DT), 0.0)
 
 
 @triton.jit
@@ -258,69 +139,6 @@ def _codes(x, neg_scale, recip):
 
 
 # --- kernels -----------------------------------------------------------------------------------
-
-
-@triton.jit
-def _rms_norm_quant_kernel(
-    x_ptr,  # [R, K] fp16/bf16/fp32, row stride stride_xr, unit column stride
-    res_ptr,  # [R, K] x's dtype, row stride stride_rr (read only with HAS_RESIDUAL)
-    w_ptr,  # [K] x's dtype, contiguous
-    q_ptr,  # [R, K] int8, contiguous
-    scale_ptr,  # [R] fp32
-    normed_ptr,  # [R, K] x's dtype, contiguous
-    sum_ptr,  # [R, K] x's dtype, contiguous (written only with HAS_RESIDUAL)
-    R,
-    K,
-    stride_xr,
-    stride_rr,
-    eps,
-    HAS_RESIDUAL: tl.constexpr,
-    ROWS: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    SINGLE_PASS: tl.constexpr,
-):
-    DT: tl.constexpr = normed_ptr.dtype.element_ty
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    row_in = rows < R
-    rows64 = rows.to(tl.int64)
-    x_rows = x_ptr + rows64[:, None] * stride_xr
-    r_rows = res_ptr + rows64[:, None] * stride_rr
-    out = rows64[:, None] * K  # the contiguous outputs' row offsets
-    cols = tl.arange(0, BLOCK_K)[None, :]
-
-    if SINGLE_PASS:
-        mask = row_in[:, None] & (cols < K)
-        s = _load_s(x_rows, r_rows, sum_ptr + out, cols, mask, HAS_RESIDUAL, True, DT)
-        normed = _normed(s, _rstd(tl.sum(s * s, axis=1), K, eps), w_ptr, cols, mask, DT)
-        tl.store(normed_ptr + out + cols, normed.to(DT), mask=mask)
-        amax, bad = _row_stats(normed)
-    else:
-        sum_sq = tl.zeros([ROWS, BLOCK_K], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            mask = row_in[:, None] & (cols + k0 < K)
-            s = _load_s(x_rows + k0, r_rows + k0, sum_ptr + out + k0, cols, mask, HAS_RESIDUAL, True, DT)
-            sum_sq += s * s
-        rstd = _rstd(tl.sum(sum_sq, axis=1), K, eps)
-        amax = tl.zeros([ROWS, BLOCK_K], dtype=tl.float32)
-        bad = tl.zeros([ROWS, BLOCK_K], dtype=tl.int1)
-        for k0 in range(0, K, BLOCK_K):
-            mask = row_in[:, None] & (cols + k0 < K)
-            s = _load_s(x_rows + k0, r_rows + k0, sum_ptr + out + k0, cols, mask, HAS_RESIDUAL, False, DT)
-            normed = _normed(s, rstd, w_ptr + k0, cols, mask, DT)
-            tl.store(normed_ptr + out + k0 + cols, normed.to(DT), mask=mask)
-            amax, bad = _accumulate_stats(amax, bad, normed)
-        amax, bad = tl.max(amax, axis=1), tl.max(bad.to(tl.int32), axis=1)
-
-    scale, safe_scale, quantizable = _row_scales(amax, bad)
-    tl.store(scale_ptr + rows, scale, mask=row_in)
-    if SINGLE_PASS:
-        tl.store(q_ptr + out + cols, _quantize_rows(normed, safe_scale, quantizable), mask=mask)
-    else:
-        for k0 in range(0, K, BLOCK_K):
-            mask = row_in[:, None] & (cols + k0 < K)
-            s = _load_s(x_rows + k0, r_rows + k0, sum_ptr + out + k0, cols, mask, HAS_RESIDUAL, False, DT)
-            normed = _normed(s, rstd, w_ptr + k0, cols, mask, DT)
-            tl.store(q_ptr + out + k0 + cols, _quantize_rows(normed, safe_scale, quantizable), mask=mask)
 
 
 @triton.jit
@@ -503,6 +321,8 @@ def _silu_mul_quant_kernel(
 
 # --- host wrappers -----------------------------------------------------------------------------
 
+# --- host wrapper ------------------------------------------------------------------------------
+
 # SMs of the interpreter's "device": a few, so the CPU tests run programs over several row groups.
 _INTERPRETER_SM_COUNT = 3
 
@@ -514,51 +334,6 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-
-def _outputs(x: torch.Tensor, n_float: int) -> tuple[torch.Tensor, ...]:
-    """The outputs, uninitialized: codes int8 [..., K], scales fp32 [..., 1] (their storage
-    row-padded for the sm90 GEMM, ``w8a8.padding``), then ``n_float`` [..., K] tensors of x's
-    dtype (normed, sum), all contiguous. (Tests poison them here.)"""
-    return (*empty_codes(x), *(torch.empty(x.shape, dtype=x.dtype, device=x.device) for _ in range(n_float)))
-
-
-def rms_norm_quant(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
-) -> tuple[torch.Tensor, ...]:
-    """RMSNorm (after the residual add when ``residual`` is given), then per-token int8
-    quantization; ``reference.rms_norm_quant`` / ``add_rms_norm_quant`` (module docstring:
-    how exactly).
-
-    Parameters
-    ----------
-    x : [..., K] fp16 / bf16 / fp32 on a CUDA device (or the CPU under TRITON_INTERPRET=1),
-        last dim contiguous, leading dims any strides (flattened without a copy whenever
-        they merge into one row stride), K >= 1.
-    weight : [K], x's dtype, contiguous.
-    eps : float >= 0.
-    residual : None, or x's shape and dtype, last dim contiguous.
-
-    Returns
-    -------
-    (codes, scales, normed), and ``sum`` with ``residual``: codes int8 [..., K], scales fp32
-    [..., 1], normed and sum [..., K] in x's dtype, all contiguous and written whole.
-    """
-    outputs = _outputs(x, 1 if residual is None else 2)
-    q, scale, normed = outputs[:3]
-    total = outputs[3] if residual is not None else None
-    if x.numel() > 0:
-        k = x.shape[-1]
-        assert weight.shape == (k,) and weight.dtype == x.dtype and weight.is_contiguous()
-        x2 = _as_rows(x)
-        r2 = _as_rows(residual) if residual is not None else x2
-        rows = x2.shape[0]
-        cfg = fused_config(k, rows)
-        launch(x2, _rms_norm_quant_kernel, (triton.cdiv(rows, cfg.rows),),
-               x2, r2, weight, q, scale, normed, total if total is not None else normed,
-               rows, k, x2.stride(0), r2.stride(0), float(eps),
-               HAS_RESIDUAL=residual is not None, ROWS=cfg.rows, BLOCK_K=cfg.block_k,
-               SINGLE_PASS=cfg.single_pass, num_warps=cfg.num_warps)
-    return outputs
 
 
 def silu_mul_quant(
