@@ -7,12 +7,16 @@
 #   build         pip install -e . (the nvidia-cutlass headers from a carried .whl/); fails on ptxas C7510
 #   pack          the built .so files as $OUT/ext.tar.xz (bring back, put in .out/, carry .out)
 #   unpack        reuse .out/ext.tar.xz instead of building (the repository on PYTHONPATH)
-#   test          the whole suite; test-<folder or file under tests/>: that part
+#   test          the whole suite; test-<folder or file under tests/>: that part (WORKERS=8 xdist workers)
 #   product       python -m benchmarks --suites product (the product grid) into $OUT/results
 #   bench-<suite> one suite of python -m benchmarks into $OUT/results
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# Tests in parallel workers where pytest-xdist is installed (the device image has it): WORKERS=0 runs them in one process.
+XDIST=""
+if [ "${WORKERS:-8}" != 0 ] && python3 -c "import xdist" 2>/dev/null; then XDIST="-n ${WORKERS:-8}"; fi
+export W8A8_FAILURE_LOG="$OUT/failures.log"  # each failure as it happens (tests/conftest.py)
 if ls .whl/*.whl >/dev/null 2>&1; then  # nvidia-cutlass (headers) is not installed on the device machine
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH="$PYTHONPATH:/tmp/site"
@@ -31,9 +35,10 @@ for step in "$@"; do
     unpack)
       tar -xJf .out/ext.tar.xz && python3 -m w8a8 info | tail -1 ;;
     test)
-      python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+      python3 -m pytest -q -p no:cacheprovider $XDIST tests 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
     test-*)
-      python3 -m pytest -q -p no:cacheprovider "tests/${step#test-}" 2>&1 | tee "$OUT/tests-${step#test-}.log" | tail -25 ;;
+      log="$OUT/tests-$(echo "${step#test-}" | tr '/' '_').log"
+      python3 -m pytest -q -p no:cacheprovider $XDIST "tests/${step#test-}" 2>&1 | tee "$log" | tail -25 ;;
     product)
       python3 -m benchmarks --suites product --out "$OUT/results" 2>&1 | grep -v "it/s\]" | tail -40 ;;
     bench-*)

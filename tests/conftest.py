@@ -62,3 +62,13 @@ def _reason(report) -> str:
     if isinstance(report.longrepr, tuple):  # (path, line, "Skipped: reason")
         return report.longrepr[2].removeprefix("Skipped: ")
     return str(report.longrepr)
+
+
+def pytest_runtest_logreport(report):
+    """With W8A8_FAILURE_LOG set, each failure is appended to that file as it happens (a run cut
+    off by a time limit still says which tests failed and why). Written by the controlling
+    process only, under pytest-xdist."""
+    path = os.environ.get("W8A8_FAILURE_LOG")
+    if path and report.failed and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(path, "a") as f:
+            f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext[-4000:]}\n\n")

@@ -123,19 +123,37 @@ def test_graphs_sharing_one_memory_pool():
                 assert torch.equal(out, model(x)), m
 
 
+def _kernels_launched(fn) -> set[str]:
+    """Names of the CUDA kernels ``fn()`` launches (the profiler's device events)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
 @gpu
 def test_bf16_sm90_layers_take_the_single_op_path():
     """The compiled graph names the public op (one graph, no break); when it runs on sm90
-    with few tokens, the op's CUDA implementation picks the single C++ op."""
+    with few tokens, the op's CUDA implementation picks the single C++ op. Seen in the kernels
+    of a static stack: the single op quantizes with the CUDA static kernel, the composed path
+    (above the single op's token limit) with Triton's."""
     from w8a8 import dispatch
 
     if dispatch.unavailable_reason("scaled_mm", "sm90", torch.device("cuda")) is not None:
         pytest.skip("no CUTLASS kernel on this GPU")
-    model, dtype = _stack("cuda")
+    model, dtype = _stack("cuda", act_quant="static")
     x = _inputs(2, "cuda", dtype)
     explanation = torch._dynamo.explain(model)(x)
     code = "\n".join(g.code for g in explanation.graphs)
     assert explanation.graph_break_count == 0 and "torch.ops.w8a8.linear.default" in code, code
-    fed_by_x = [m for m in model.modules() if isinstance(m, w8a8.W8A8Linear) and m.in_features == x.shape[-1]]
-    assert fed_by_x and all(dispatch.linear_kernel(x, m.weight).func is torch.ops.w8a8.linear_sm90.default
-                           for m in fed_by_x)
+    compiled = torch.compile(model)
+    with torch.inference_mode():
+        for m, single in ((2, True), (300, False)):
+            x = _inputs(m, "cuda", dtype)
+            compiled(x)  # compile and warm up outside the profile
+            names = _kernels_launched(lambda: compiled(x))
+            cuda_static = any("quantize_static_kernel" in n and "_quantize_static_kernel" not in n for n in names)
+            triton_static = any("_quantize_static_kernel" in n for n in names)
+            assert (cuda_static, triton_static) == (single, not single), (m, sorted(names))
