@@ -183,7 +183,7 @@ def test_heuristic_plans():
     assert plan(16, 4096, 4096)[0] == "swap_64x16x256_1x2_ws"
     assert plan(5, 6144, 4096)[0] == "swap_64x32x256_1x1_ws"
     assert plan(5, 8192, 28672)[0] == plan(16, 57344, 8192)[0] == "swap_64x32x256_1x1_ws"
-    # The ladder past the decode kernels (scaled_mm_sm90_configs.cuh, select_config).
+    # The ladder past the decode kernels (scaled_mm_sm90_heuristics.cuh, select_config).
     for m, n, name in ((17, 4096, "swap_64x16x256_1x2_ws"), (17, 6144, "swap_64x32x256_1x1_ws"),
                        (32, 57344, "swap_64x32x256_1x1_ws"),
                        (33, 4096, "swap_64x32x256_1x2_ws"), (64, 28672, "swap_64x64x256_1x1_ws"),
