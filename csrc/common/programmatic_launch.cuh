@@ -12,7 +12,7 @@
 // scaled_mm_sm90_mainloop.cuh; an L2 prefetch of a plain GEMM's first weights is
 // a hint, not an access), so a kernel's launch and CTA start-up overlap
 // the end of the kernel before it:
-//   * the CUDA quantizers (quantize/quantize.cu) wait, then allow their
+//   * the CUDA quantizers (quantize/) wait, then allow their
 //     dependents at once;
 //   * the CUTLASS GEMMs (sm90/scaled_mm_sm90_mainloop.cuh) wait in the load
 //     warp before the first tile's loads and allow their dependents once they

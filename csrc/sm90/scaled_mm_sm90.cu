@@ -11,6 +11,7 @@
 #include "decode/scaled_mm_skinny.h"
 #include "sm90/scaled_mm_sm90.h"
 #include "sm90/scaled_mm_sm90_configs.cuh"
+#include "sm90/scaled_mm_sm90_heuristics.cuh"
 
 namespace w8a8 {
 namespace {

@@ -19,7 +19,7 @@ namespace w8a8 {
 
 // How the K loop is spread over the CTAs (split_k / scheduler of the op).
 //   kAuto:       the heuristic picks the table entry (plan_auto in
-//                scaled_mm_sm90_configs.cuh) and runs it as the table defines it.
+//                scaled_mm_sm90_heuristics.cuh) and runs it as the table defines it.
 //   kPersistent: data-parallel: one CTA owns each output tile's whole K loop.
 //   kStreamK:    CUTLASS's stream-K decomposition (K iterations balanced over
 //                the SMs; a tile may be shared by two CTAs).

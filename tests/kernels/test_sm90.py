@@ -1,8 +1,8 @@
 """The sm90 table (``w8a8::scaled_mm_sm90``, ``w8a8._C``) on a Hopper GPU: every config
 entry forced by name, the decode kernels (dp4a GEMV, mma.sync skinny GEMM), split-K and
-stream-K through the plan op and the kernel op's ``split_k`` / ``scheduler``, CUDA graphs,
-the single op ``w8a8::linear_sm90`` against quantize + scaled_mm, and the SASS. Entries are
-addressed by name from ``dispatch.config_names("sm90")``.
+stream-K through the plan op and the kernel op's ``split_k`` / ``scheduler``, the heuristic's
+plans, CUDA graphs, and the SASS. Entries are addressed by name from
+``dispatch.config_names("sm90")``. The single op ``w8a8::linear_sm90``: test_sm90_linear.py.
 
 Every output equals the reference bit for bit (``KERNEL_ULP``): int32 partial sums in any
 split order give the same accumulator, and the epilogue rounds like the reference.
@@ -25,7 +25,6 @@ DECODE = [n for n in NAMES if n.startswith(("gemv", "skinny"))] or ["<decode ent
 GEMV = [n for n in NAMES if n.startswith("gemv")]
 op = torch.ops.w8a8.scaled_mm_sm90 if SM90 else None
 plan = torch.ops.w8a8.scaled_mm_sm90_plan if SM90 else None
-linear_op = torch.ops.w8a8.linear_sm90.default if SM90 else None
 
 
 def _run(*operands, out_dtype=torch.bfloat16, config="", split_k=None, scheduler="auto"):
@@ -170,6 +169,19 @@ def test_split_k_does_not_change_bits_and_runs_are_deterministic():
             assert torch.equal(_run(*operands, **kwargs), base), kwargs
 
 
+@pytest.mark.parametrize(
+    "split_k,scheduler,match",
+    [(0, "auto", "split_k"), (-2, "auto", "split_k"), (None, "fast", "scheduler"), (2, "persistent", "split_k"),
+     (9, "auto", "split_k")],
+)
+def test_bad_split_values_are_refused(split_k, scheduler, match):
+    """K = 512: 4 K tiles of 128, so at most 4 splits. The message names the op and the value
+    (wording: the C++ side's)."""
+    operands = mm_operands(2, 256, 512, "cuda", bias_dtype=None)
+    with pytest.raises((ValueError, RuntimeError), match=rf"scaled_mm.*{match}"):
+        _run(*operands, split_k=split_k, scheduler=scheduler)
+
+
 def test_heuristic_plans():
     # Decode (M = 5..16) on many short weight rows runs the skinny GEMM, whose K split (8) is
     # inside the CTA.
@@ -183,7 +195,7 @@ def test_heuristic_plans():
     assert plan(16, 4096, 4096)[0] == "swap_64x16x256_1x2_ws"
     assert plan(5, 6144, 4096)[0] == "swap_64x32x256_1x1_ws"
     assert plan(5, 8192, 28672)[0] == plan(16, 57344, 8192)[0] == "swap_64x32x256_1x1_ws"
-    # The ladder past the decode kernels (scaled_mm_sm90_configs.cuh, select_config).
+    # The ladder past the decode kernels (scaled_mm_sm90_heuristics.cuh, select_config).
     for m, n, name in ((17, 4096, "swap_64x16x256_1x2_ws"), (17, 6144, "swap_64x32x256_1x1_ws"),
                        (32, 57344, "swap_64x32x256_1x1_ws"),
                        (33, 4096, "swap_64x32x256_1x2_ws"), (64, 28672, "swap_64x64x256_1x1_ws"),
@@ -263,99 +275,7 @@ def test_the_320_and_384_token_rungs(m):
         _check(*mm_operands(m, n, k, "cuda"), out_dtype=torch.float16 if m % 2 else torch.bfloat16)
 
 
-# --- w8a8::linear_sm90: the quantizer, then the GEMM as its programmatic dependent ------------------
-
-
-def _linear_operands(m, n, k, dtype, static):
-    x = torch.randn(m, k, device="cuda", dtype=dtype)
-    w, ws = rand_int8(n, k, device="cuda"), rand_scale(n, device="cuda")
-    bias = torch.randn(n, device="cuda").to(dtype)
-    s = torch.tensor([0.03], device="cuda") if static else None
-    zp = torch.tensor([-7], dtype=torch.int8, device="cuda") if static else None
-    return x, w, ws, bias, s, zp
-
-
-def _composed(x, w, ws, bias, s, zp):
-    return dispatch.linear_composed(x, w, ws, bias, s, zp, mm_backend="sm90", quant_backend="sm90")
-
-
-@pytest.mark.parametrize("m", [1, 5, 17, 33, 64, 65, 100, 128, 129, 150, 192, 193, 256])
-# more K blocks than stages; fewer; N > 4096 (the 128x128 pingpong tile at M = 193..256)
-@pytest.mark.parametrize("n,k", [(384, 4096), (1024, 256), (4224, 256)])
-def test_linear_sm90_equals_quantize_then_scaled_mm(m, n, k):
-    """The single op (the GEMM loads its first weight tiles before waiting for the quantizer,
-    its codes row-padded as w8a8.padding pads them) gives the composition's bits: dynamic and
-    static with a zero point, bias, bf16 and fp16."""
-    from w8a8 import padding
-
-    for dtype, static in ((torch.bfloat16, False), (torch.float16, True)):
-        args = _linear_operands(m, n, k, dtype, static)
-        want = _composed(*args)
-        for padded in (0, padding.padded_rows(m)):
-            poison_allocator(padding.padded_rows(m) * max(n, k) * 2, "cuda")
-            got = linear_op(*args, rows=padded)
-            torch.cuda.synchronize()
-            assert got.shape == (m, n) and got.is_contiguous()
-            assert torch.equal(got, want), (m, n, k, dtype, padded)
-
-
-def test_linear_sm90_reads_weights_written_just_before_it():
-    """In a CUDA graph: weights and input rewritten by the kernels right before the call (the
-    GEMM reads weights before its wait, which is safe because the quantizer between them lets
-    it launch only after waiting for the copies); every replay has the new operands' bits."""
-    from w8a8 import padding
-
-    m, n, k = 100, 1024, 4096
-    x, w, ws, bias, _, _ = _linear_operands(m, n, k, torch.bfloat16, False)
-    new_x, new_w = x.clone(), w.clone()
-
-    def step():
-        x.copy_(new_x)
-        w.copy_(new_w)
-        return linear_op(x, w, ws, bias, None, None, rows=padding.padded_rows(m))
-
-    graph, out = capture_graph(step)
-    for _ in range(3):
-        new_x.copy_(torch.randn_like(new_x))
-        new_w.copy_(rand_int8(n, k, device="cuda"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, _composed(new_x, new_w, ws, bias, None, None))
-
-
-@pytest.mark.parametrize("m", [3, 64, 100, 200, 300, 600])
-def test_layers_back_to_back_equal_one_layer_at_a_time(m):
-    """Every kernel of the sm90 path launches as a programmatic dependent of the kernel before
-    it (csrc/common/programmatic_launch.cuh): each layer's quantizer reads what the GEMM before
-    it wrote, into memory the allocator recycles. Back to back, eagerly and replayed in a CUDA
-    graph, the stack gives the bits of the same stack synchronized after every layer: the
-    single op (up to 256 tokens) and quantize + scaled_mm, dynamic and static."""
-    from w8a8 import padding
-
-    k = 1024
-    layers = [_linear_operands(1, k, k, torch.bfloat16, static)[1:] for static in (False, True, False, False)]
-
-    def stack(x, sync=False):
-        for i, (w, ws, bias, s, zp) in enumerate(layers):
-            if m <= 256 and i % 2 == 0:
-                x = linear_op(x, w, ws, bias, s, zp, rows=padding.padded_rows(m))
-            else:
-                x = _composed(x, w, ws, bias, s, zp)
-            if sync:
-                torch.cuda.synchronize()
-        return x
-
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    want = stack(x, sync=True)
-    assert torch.isfinite(want).all() and want.abs().max() > 0
-    assert torch.equal(stack(x), want)
-    graph, out = capture_graph(lambda: stack(x))
-    for _ in range(3):
-        x.copy_(torch.randn_like(x))
-        want = stack(x, sync=True)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, want)
+# --- CUDA graphs: operands rewritten right before the op, split-K, the decode entries ---------
 
 
 @pytest.mark.parametrize("m", [1, 12, 40, 100, 200, 300])
@@ -386,37 +306,6 @@ def test_scaled_mm_reads_codes_written_just_before_it(m):
             assert_exact(out[i], ref_scaled_mm(src_a, b, src_s, sb, bias, torch.bfloat16))
 
 
-@pytest.mark.parametrize("config", ["swap_64x32x256_1x1_ws", "swap_64x96x128_1x2_ws", "swap_128x96x128_1x2_coop",
-                                    "128x128x128_2x1_pingpong_swz8"])
-def test_linear_sm90_with_a_forced_config(config):
-    """``config`` names the GEMM's table entry (benchmarks time a tile end to end with it): the
-    bits of the CUDA quantizer's codes through scaled_mm_sm90 forced to the same entry."""
-    from w8a8 import padding
-
-    m, n, k = 100, 1000, 528
-    x, w, ws, bias, _, _ = _linear_operands(m, n, k, torch.bfloat16, False)
-    q, s = torch.ops.w8a8.quantize_per_token_sm90(x)
-    want = op(q, w, s, ws, bias, torch.bfloat16, config, None, "auto")
-    for padded in (0, padding.padded_rows(m)):
-        poison_allocator(padding.padded_rows(m) * max(n, k) * 2, "cuda")
-        got = linear_op(x, w, ws, bias, None, None, rows=padded, config=config)
-        torch.cuda.synchronize()
-        assert torch.equal(got, want), (config, padded)
-
-
-def test_linear_sm90_refuses_an_unknown_config():
-    args = _linear_operands(4, 64, 128, torch.bfloat16, False)
-    with pytest.raises(ValueError, match=r"w8a8.linear: config must be '' \(the heuristic\) or an entry of the sm90 "
-                                         r"table \(.*\), got 'no_such_entry'"):
-        linear_op(*args, config="no_such_entry")
-
-
-def test_linear_sm90_refuses_fewer_rows_than_tokens():
-    args = _linear_operands(17, 64, 128, torch.bfloat16, False)
-    with pytest.raises(ValueError, match=r"w8a8.linear: rows .* at least the 17 tokens of x, got 16"):
-        linear_op(*args, rows=16)
-
-
 def test_split_k_in_a_cuda_graph():
     # The split-K fix-up needs its lock workspace zeroed before every launch: that memset
     # must be part of the graph, or the second replay deadlocks or reads stale partials.
@@ -444,19 +333,6 @@ def test_decode_entries_deterministic_and_graph_capturable(m):
     graph.replay()
     torch.cuda.synchronize()
     assert_exact(out, ref_scaled_mm(a, b, sa, sb, bias, torch.bfloat16))
-
-
-@pytest.mark.parametrize(
-    "split_k,scheduler,match",
-    [(0, "auto", "split_k"), (-2, "auto", "split_k"), (None, "fast", "scheduler"), (2, "persistent", "split_k"),
-     (9, "auto", "split_k")],
-)
-def test_bad_split_values_are_refused(split_k, scheduler, match):
-    """K = 512: 4 K tiles of 128, so at most 4 splits. The message names the op and the value
-    (wording: the C++ side's)."""
-    operands = mm_operands(2, 256, 512, "cuda", bias_dtype=None)
-    with pytest.raises((ValueError, RuntimeError), match=rf"scaled_mm.*{match}"):
-        _run(*operands, split_k=split_k, scheduler=scheduler)
 
 
 # --- the library ---------------------------------------------------------------------------------

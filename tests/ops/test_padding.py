@@ -71,7 +71,7 @@ def test_sm90_on_padded_producer_outputs_is_exact(m, n, k, quantizer):
 
 @requires_sm90
 def test_the_padding_ends_on_the_tile_edge_the_ladder_picks():
-    # The rule here and the sm90 ladder (scaled_mm_sm90_configs.cuh) are stated apart: the
+    # The rule here and the sm90 ladder (scaled_mm_sm90_heuristics.cuh) are stated apart: the
     # padded row count must run the tile the unpadded one would, so that padding only
     # fills that tile's last token tile.
     plan = torch.ops.w8a8.scaled_mm_sm90_plan

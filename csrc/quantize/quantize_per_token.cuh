@@ -1,0 +1,239 @@
+// The per-token kernel of the CUDA activation quantizers (launched by Launch, quantize.cu): a
+// row's largest |x| (RowMax, reduce_row), its scale (RowScale) and its codes by the reciprocal
+// product (quantize_per_token_codes), the row held in registers or read twice. Included by
+// quantize.cu only (the anonymous namespace: internal to that translation unit).
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "common/programmatic_launch.cuh"
+#include "quantize/quantize_common.cuh"
+
+namespace w8a8 {
+namespace {
+
+// One thread's share of a row's largest |x| and whether the row holds Inf or NaN. fmaxf
+// drops NaN and keeps Inf, so NaN is tested apart and an Inf shows as an infinite max.
+// 16-byte vectors of a 16-bit type compare magnitude bits two at a time instead, unwidened
+// (sign cleared, the integer order of the bits is the order of |x|, with Inf and then NaN
+// above every finite value).
+template <class T>
+struct RowMax {
+  float amax = 0.0f;
+  bool nan = false;
+  uint32_t halves = 0;  // 16-bit T: the largest magnitude bits seen in each half of a word
+
+  template <int kVec>
+  __device__ __forceinline__ void add(const Raw<T, kVec>& raw) {
+    if constexpr (sizeof(T) == 2 && kVec * sizeof(T) == 16) {
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) halves = __vmaxu2(halves, w[i] & 0x7fff7fffu);
+    } else {
+      float v[kVec];
+      widen<T, kVec>(raw, v);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        amax = fmaxf(amax, fabsf(v[i]));
+        nan = nan || v[i] != v[i];
+      }
+    }
+  }
+
+  // The finite max where the row holds no Inf / NaN (bad false); anything where it does.
+  __device__ __forceinline__ void finish(float& max_out, bool& bad) const {
+    float m = amax;
+    bool b = nan || !(amax <= FLT_MAX);
+    if constexpr (sizeof(T) == 2) {
+      const uint32_t top = max(halves & 0xffffu, halves >> 16);
+      constexpr uint32_t kInfBits = std::is_same_v<T, __half> ? 0x7c00u : 0x7f80u;
+      const uint16_t top16 = static_cast<uint16_t>(top);
+      b = b || top >= kInfBits;
+      m = fmaxf(m, to_float(*reinterpret_cast<const T*>(&top16)));
+    }
+    max_out = m;
+    bad = b;
+  }
+};
+
+// Threads of a block: whole rows, at least 256 threads (several rows when rows are short).
+template <int kThreadsPerRow>
+__host__ __device__ constexpr int block_threads() {
+  return kThreadsPerRow > 256 ? kThreadsPerRow : 256;
+}
+
+// Max and "any" over the kThreadsPerRow threads that share a row (a warp or a group of
+// warps). Every thread of the block must call it (it may synchronise the block).
+template <int kThreadsPerRow>
+__device__ __forceinline__ void reduce_row(float& amax, bool& bad) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  }
+  bad = __any_sync(0xffffffffu, bad);
+  if constexpr (kThreadsPerRow > 32) {
+    constexpr int kWarpsPerRow = kThreadsPerRow / 32;
+    constexpr int kWarps = block_threads<kThreadsPerRow>() / 32;
+    __shared__ float warp_amax[kWarps];
+    __shared__ int warp_bad[kWarps];
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0) {
+      warp_amax[warp] = amax;
+      warp_bad[warp] = bad;
+    }
+    __syncthreads();
+    const int first = warp / kWarpsPerRow * kWarpsPerRow;
+    amax = warp_amax[first];
+    bad = warp_bad[first];
+#pragma unroll
+    for (int w = 1; w < kWarpsPerRow; ++w) {
+      amax = fmaxf(amax, warp_amax[first + w]);
+      bad = bad || warp_bad[first + w];
+    }
+  }
+}
+
+// rint(v / scale) without an IEEE division per element: y = v * (1 / scale), two roundings
+// (the reciprocal's and the product's), is within 2^-23 |y| of the quotient, under 2^-16 for
+// |y| <= 127.0001 (the quantizable rows: every |v| <= amax and scale = RN(amax / 127)). It can
+// round to another integer than the quotient only where the two straddle a half-integer, so
+// values whose y lies within kTieMargin (2^-14, four times that bound) of one, and rows whose
+// reciprocal is not a normal number (exact_row), take __fdiv_rn. Bit-identical to the
+// reference either way; no clamp on the fast path (|y| < 127.5 rounds into [-127, 127]).
+// Why: about 9 instructions per value instead of a division. [evidence quant.reciprocal-product]
+constexpr float kTieMargin = 1.0f / 16384.0f;  // 2^-14
+
+// A row's scale, from its finite amax and whether it holds Inf/NaN (the reference's rules).
+struct RowScale {
+  float stored;     // what scale[row] holds: amax / 127, NaN for a row with Inf/NaN
+  bool quantizable; // finite and not all zero; other rows quantize to 0
+  float divisor;    // the scale codes divide by (1 where not quantizable)
+  float inv;        // 1 / divisor, for the reciprocal product
+  bool exact_row;   // the reciprocal is not a normal number: divide every value
+
+  __device__ __forceinline__ RowScale(float amax, bool bad) {
+    const float scale = __fdiv_rn(amax, kSymmetricQMax);
+    stored = bad ? __int_as_float(0x7fc00000) : scale;
+    quantizable = !bad && amax > 0.0f;
+    divisor = quantizable ? scale : 1.0f;
+    inv = __fdiv_rn(1.0f, divisor);
+    exact_row = !(inv <= FLT_MAX) || divisor < FLT_MIN;
+  }
+};
+
+// 1.5 * 2^23: adding it to |y| <= 2^22 rounds y half to even, and the sum's bits are
+// 0x4B400000 + rint(y), so the low byte is rint(y) as int8 (y clamped to [-128, 127] first
+// where it may leave that range; the bounds are integers, so clamping before rounding gives
+// the same code).
+constexpr float kRintMagic = 12582912.0f;
+
+template <int kVec>
+__device__ __forceinline__ PackedCodes<kVec> quantize_per_token_codes(const float (&v)[kVec], const RowScale& rs) {
+  float sum[kVec];  // y + kRintMagic: rint(y) in the low byte
+  bool exact = rs.exact_row;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const float y = __fmul_rn(v[i], rs.inv);  // _rn: no contraction into the sum below
+    sum[i] = __fadd_rn(y, kRintMagic);
+    // y - rint(y), exact, in [-0.5, 0.5]: near +-0.5 the quotient may round the other way.
+    exact = exact || fabsf(__fsub_rn(y, __fsub_rn(sum[i], kRintMagic))) >= 0.5f - kTieMargin;
+  }
+  // Rare (about one vector in a thousand on random data): a value next to a half-integer
+  // anywhere in the vector sends the whole vector through the IEEE division, so the
+  // common path has one branch per vector, not one per value.
+  if (exact) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) sum[i] = __fadd_rn(fminf(fmaxf(__fdiv_rn(v[i], rs.divisor), kQMin), kQMax), kRintMagic);
+  }
+  PackedCodes<kVec> codes;
+  if constexpr (kVec % 4 == 0) {  // the low bytes of four sums to a word: three byte permutes
+#pragma unroll
+    for (int i = 0; i < kVec / 4; ++i) {
+      const uint32_t lo = __byte_perm(__float_as_uint(sum[4 * i]), __float_as_uint(sum[4 * i + 1]), 0x0040);
+      const uint32_t hi = __byte_perm(__float_as_uint(sum[4 * i + 2]), __float_as_uint(sum[4 * i + 3]), 0x0040);
+      codes.w[i] = rs.quantizable ? __byte_perm(lo, hi, 0x5410) : 0u;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      codes.v[i] = rs.quantizable ? static_cast<int8_t>(__float_as_int(sum[i])) : int8_t(0);
+    }
+  }
+  return codes;
+}
+
+// kMaxVecs > 0: each thread keeps up to kMaxVecs vectors of its row in registers.
+// kMaxVecs == 0: two passes over the row.
+// kFullSmem (both kernels): the same code as a kernel of its own, which runs at the largest
+// shared-memory split (QuantizeParams::next_kernel_full_smem).
+template <class T, int kVec, int kThreadsPerRow, int kMaxVecs, bool kFullSmem>
+__global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
+    quantize_per_token_kernel(const T* __restrict__ x, int64_t ldx, int8_t* __restrict__ q,
+                              float* __restrict__ scale_out, int64_t rows, int64_t k) {
+  wait_for_prior_grids();  // x and the buffers written below may belong to the kernel before
+  allow_dependent_launch();
+  constexpr int kRowsPerBlock = block_threads<kThreadsPerRow>() / kThreadsPerRow;
+  const int lane = threadIdx.x % kThreadsPerRow;
+  int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  // The last block may hold rows past the end: those threads read row 0 and store
+  // nothing (they must still reach the block-wide reduction).
+  const bool row_ok = row < rows;
+  if (!row_ok) row = 0;
+  const T* xr = x + row * ldx;
+  int8_t* qr = q + row * k;
+  const int64_t vecs = k / kVec;
+
+  float amax;
+  bool bad;
+  RowMax<T> row_max;
+  if constexpr (kMaxVecs > 0) {
+    // All loads first, unconditionally (past-the-end slots re-read the row's last vector,
+    // which cannot change the max, and store nothing): with a bound check around each load
+    // the compiler waited for every load before issuing the next (sm_90 SASS), leaving one
+    // 16-byte load in flight.
+    Raw<T, kVec> raw[kMaxVecs];
+#pragma unroll
+    for (int j = 0; j < kMaxVecs; ++j) {
+      const int64_t idx = lane + int64_t(j) * kThreadsPerRow;
+      raw[j] = load_raw<T, kVec>(xr + (idx < vecs ? idx : vecs - 1) * kVec);
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxVecs; ++j) row_max.template add<kVec>(raw[j]);
+    row_max.finish(amax, bad);
+    reduce_row<kThreadsPerRow>(amax, bad);
+    const RowScale rs(amax, bad);
+    if (row_ok && lane == 0) scale_out[row] = rs.stored;
+#pragma unroll
+    for (int j = 0; j < kMaxVecs; ++j) {
+      const int64_t idx = lane + int64_t(j) * kThreadsPerRow;
+      if (row_ok && idx < vecs) {
+        float v[kVec];
+        widen<T, kVec>(raw[j], v);
+        store(qr + idx * kVec, quantize_per_token_codes<kVec>(v, rs));
+      }
+    }
+  } else {
+    for (int64_t idx = lane; idx < vecs; idx += kThreadsPerRow) {
+      row_max.template add<kVec>(load_raw<T, kVec>(xr + idx * kVec));
+    }
+    row_max.finish(amax, bad);
+    reduce_row<kThreadsPerRow>(amax, bad);
+    const RowScale rs(amax, bad);
+    if (!row_ok) return;  // after the last block-wide reduction
+    if (lane == 0) scale_out[row] = rs.stored;
+    for (int64_t idx = lane; idx < vecs; idx += kThreadsPerRow) {
+      float v[kVec];
+      load<T, kVec>(xr + idx * kVec, v);
+      store(qr + idx * kVec, quantize_per_token_codes<kVec>(v, rs));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace w8a8
