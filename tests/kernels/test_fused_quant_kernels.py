@@ -200,7 +200,7 @@ def test_silu_launch_shapes(dtype, f, shapes):
             assert_same_codes((q, s), (codes, scales))
 
 
-# Offline sm_90 compilation (no GPU needed), as tests/test_triton_kernels.py does it.
+# Offline sm_90 compilation (no GPU needed), as tests/kernels/test_triton_kernels.py does it.
 _EXP_PTX_SCRIPT = textwrap.dedent(
     r"""
     import json, re

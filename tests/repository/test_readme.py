@@ -18,13 +18,13 @@ def test_quickstart_runs(tmp_path, monkeypatch):
 
 
 def test_test_files_named_in_docs_and_code_exist():
-    """Every ``tests/....py`` path that the README, docs/, benchmarks/, w8a8/ or csrc/ name is a file."""
+    """Every ``tests/....py`` path that the README, docs/, benchmarks/, w8a8/, csrc/ or tests/ name is a file."""
     import glob
     import re
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sources = [os.path.join(root, "README.md")]
-    for pattern in ("docs/**/*.md", "benchmarks/**/*.py", "w8a8/**/*.py", "csrc/**/*.*"):
+    for pattern in ("docs/**/*.md", "benchmarks/**/*.py", "w8a8/**/*.py", "csrc/**/*.*", "tests/**/*.py"):
         sources += glob.glob(os.path.join(root, pattern), recursive=True)
     missing = set()
     for path in sources:

@@ -170,7 +170,7 @@ def _need_cutlass_sm90():
                          ids=["split_k=4", "stream_k", "heuristic"])
 def test_split_k_deterministic_over_runs_and_replays(split_k, scheduler):
     _need_cutlass_sm90()
-    m, n, k = 3, 4096, 14336  # decode through a long K: the heuristic runs the GEMV here (tests/test_sm90.py)
+    m, n, k = 3, 4096, 14336  # decode through a long K: the heuristic runs the GEMV here (tests/kernels/test_sm90.py)
     a, b = rand_int8(m, k, device="cuda"), rand_int8(n, k, device="cuda")
     sa, sb, bias = rand_scale(m, 1, device="cuda"), rand_scale(n, device="cuda"), torch.randn(n, device="cuda")
     op = torch.ops.w8a8.scaled_mm_sm90

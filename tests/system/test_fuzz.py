@@ -50,7 +50,7 @@ def test_scaled_mm_every_backend_matches_exact_math(m, n, k, per_token, per_chan
     expected = _exact(a, b, a_scale, b_scale, bias_t, out_dtype)
     for backend in _available():
         if backend in ("sm90", "sm80") and (k % 16 or n % 8 or a.data_ptr() % 16 or (m > 1 and a.stride(0) % 16)):
-            continue  # refused with an error (tests/test_scaled_mm.py); backend=None routes these to Triton
+            continue  # refused with an error (tests/ops/test_scaled_mm.py); backend=None routes these to Triton
         out = w8a8.ops.scaled_mm(a, b, a_scale, b_scale, bias_t, out_dtype, backend=backend)
         assert out.shape == (m, n) and out.dtype == out_dtype
         assert_ulp_close(out, expected, max_ulp=1)
