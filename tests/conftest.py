@@ -71,4 +71,5 @@ def pytest_runtest_logreport(report):
     path = os.environ.get("W8A8_FAILURE_LOG")
     if path and report.failed and not os.environ.get("PYTEST_XDIST_WORKER"):
         with open(path, "a") as f:
-            f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext[-4000:]}\n\n")
+            sections = "".join(f"--- {name}\n{text[-2000:]}\n" for name, text in report.sections)
+            f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext[-4000:]}\n{sections}\n")

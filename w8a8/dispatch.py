@@ -285,8 +285,11 @@ def linear_kernel(x, weight, backend: str):
     # (Traced only when a kernel is named: the public op is opaque. Under torch.compile the
     # named sm90 path is traced as its composition, whose ops take any token count.)
     if backend == "sm90" and not torch.compiler.is_compiling():
-        # Where the kernel runs: the weight's device (the op refuses an x elsewhere, with its words).
-        named_kernel("scaled_mm", weight if isinstance(weight, torch.Tensor) else x, "sm90")
+        # Where the kernel runs: the weight's device. Operands on two devices are the op's to
+        # refuse (its ValueError, in the words of every other path), not an unavailable kernel.
+        apart = isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.device != weight.device
+        if not apart:
+            named_kernel("scaled_mm", weight if isinstance(weight, torch.Tensor) else x, "sm90")
         m = math.prod(x.shape[:-1]) if isinstance(x, torch.Tensor) else 0
         return functools.partial(torch.ops.w8a8.linear_sm90.default, rows=padding.padded_rows(m))
     quant = backend if backend in ("triton", "reference") else None
