@@ -17,9 +17,13 @@ export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} PYTHONPATH="$PWD${PYTHONPATH:
 XDIST=""
 if [ "${WORKERS:-8}" != 0 ] && python3 -c "import xdist" 2>/dev/null; then XDIST="-n ${WORKERS:-8}"; fi
 export W8A8_FAILURE_LOG="$OUT/failures.log"  # each failure as it happens (tests/conftest.py)
-if ls .whl/*.whl >/dev/null 2>&1; then  # nvidia-cutlass (headers) is not installed on the device machine
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH="$PYTHONPATH:/tmp/site"
+# Carried wheels (the device machine has no network): .whl/*.whl is nvidia-cutlass (headers, for the
+# build); .whl/hf/*.whl the test extra's versions (transformers in the hf extra's range, compressed-tensors
+# and what they need), which the image lacks or has older. Both go into /tmp/site, ahead of the image's.
+wheels=$(ls .whl/*.whl .whl/hf/*.whl 2>/dev/null)
+if [ -n "$wheels" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels
+  export PYTHONPATH="/tmp/site:$PYTHONPATH"
 fi
 for step in "$@"; do
   case "$step" in
