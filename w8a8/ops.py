@@ -26,6 +26,7 @@ The math is stated in ``w8a8.reference``.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 import torch
@@ -58,6 +59,17 @@ for _suffix in ("", "_triton"):
     _lib.define(f"add_rms_norm_quant{_suffix}{_ADD_RMS_NORM_QUANT}")
     _lib.define(f"silu_mul_quant{_suffix}{_SILU_MUL_QUANT}")
 _lib.define(f"linear{_LINEAR}")
+# The C++ router's fallback warnings (csrc/torch/sm90/routes.cpp) reach Python's warnings module
+# through this op: C++ calls it through the dispatcher, since a TORCH_WARN inside a torch.ops
+# call goes to stderr instead.
+_lib.define("_warn(str message) -> ()")
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, UserWarning, stacklevel=2)
+
+
+_lib.impl("_warn", _warn, "CompositeExplicitAutograd")
 
 
 # --- fakes: output shapes, stated once, shared by each op and its kernels ------------------

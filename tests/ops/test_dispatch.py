@@ -148,6 +148,17 @@ def test_kernels_built_for_this_gpu():
         assert dispatch.load("_C_sm80")[0], dispatch.load("_C_sm80")[1]
 
 
+def test_the_routers_warnings_are_python_warnings():
+    """The C++ router says its fallbacks through w8a8::_warn (a torch.ops call does not turn a
+    C++ TORCH_WARN into a Python warning): a UserWarning that filters see and can make an error."""
+    with pytest.warns(UserWarning, match=r"^w8a8\.scaled_mm: a test$"):
+        torch.ops.w8a8._warn("w8a8.scaled_mm: a test")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="a test"):
+            torch.ops.w8a8._warn("w8a8.scaled_mm: a test")
+
+
 @pytest.mark.sm90
 @pytest.mark.parametrize("case,expected", [
     ("k40", r"K = 40, not a multiple of 16"),

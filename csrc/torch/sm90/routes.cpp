@@ -111,12 +111,22 @@ std::string cutlass_reason(const at::Tensor& a, const at::Tensor& b, at::ScalarT
 std::mutex warned_lock;
 std::unordered_set<std::string> warned;
 
+// Said through w8a8::_warn (w8a8/ops.py: Python's warnings.warn) where it is registered: a
+// torch.ops call does not turn a TORCH_WARN into a Python warning (torch 2.11 prints it to
+// stderr, where no filter or catch_warnings sees it). A warning filtered into an error raises
+// from here, through the op, as it would from Python.
 void warn_once(const std::string& message) {
   {
     const std::lock_guard<std::mutex> guard(warned_lock);
     if (!warned.insert(message).second) return;
   }
-  TORCH_WARN(message);
+  const auto python_warn = c10::Dispatcher::singleton().findSchema({"w8a8::_warn", ""});
+  if (!python_warn.has_value()) {
+    TORCH_WARN(message);
+    return;
+  }
+  torch::jit::Stack stack{c10::IValue(message)};
+  python_warn->callBoxed(&stack);
 }
 
 // Tests: every fallback warns again.
