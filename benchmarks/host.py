@@ -2,7 +2,9 @@
 
     python -m benchmarks --suites host [--m 1,16,128] [--shapes 4096x4096] [--out DIR]
 
-Per (M, N, K) and implementation, eager and under ``torch.compile`` (default mode):
+Per (M, N, K) and implementation, eager and under ``torch.compile`` (default mode), each under
+``torch.inference_mode()`` and under ``torch.no_grad()`` (what transformers' ``generate`` and most
+users' loops run under: there every op call also passes the autograd dispatch key):
 
 * ``host_us``: the host's time per call, nothing else: CALLS calls issued back to back
   behind a GPU sleep longer than the loop (the GPU never drains the queue, so the host
@@ -12,7 +14,7 @@ Per (M, N, K) and implementation, eager and under ``torch.compile`` (default mod
 * ``gpu_us``: the GPU time per call, the same call captured in a CUDA graph (replays).
 
 ``x_bf16_host`` = nn.Linear's host_us / this row's (above 1: cheaper than bf16) in the
-same mode; ``x_bf16_loop`` likewise for the loop. The kernel ops alone (eager) are rows
+same mode and grad mode; ``x_bf16_loop`` likewise for the loop. The kernel ops alone (eager) are rows
 too, for where the time goes. The model-level wall time is the model suite's (eager,
 compiled and ``reduce-overhead``, each with its GPU kernel sum).
 """
@@ -31,6 +33,7 @@ REPEATS = 7
 M_VALUES = (1, 16, 128)
 SHAPES = ((4096, 4096),)
 MODES = ("eager", "compile")
+GRAD_MODES = {"inference_mode": torch.inference_mode, "no_grad": torch.no_grad}
 
 
 def host_us_per_call(fn) -> float:
@@ -89,14 +92,16 @@ def _cases(m: int, n: int, k: int) -> dict[str, tuple[str, object]]:
 
 def bench_shape(m: int, n: int, k: int) -> list[dict]:
     rows = []
-    with torch.inference_mode():
-        for name, (mode, fn) in _cases(m, n, k).items():
-            host, loop = host_us_per_call(fn), loop_us_per_call(fn)
-            gpu = harness.time_graph([fn], replays=20).us
-            rows.append({"impl": name, "mode": mode, "M": m, "N": n, "K": k, "host_us": round(host, 2),
-                         "loop_us": round(loop, 2), "gpu_us": round(gpu, 2), "us": round(loop, 2)})
+    for grad, context in GRAD_MODES.items():
+        with context():
+            for name, (mode, fn) in _cases(m, n, k).items():
+                host, loop = host_us_per_call(fn), loop_us_per_call(fn)
+                gpu = harness.time_graph([fn], replays=20).us
+                rows.append({"impl": name, "mode": mode, "grad": grad, "M": m, "N": n, "K": k,
+                             "host_us": round(host, 2), "loop_us": round(loop, 2), "gpu_us": round(gpu, 2),
+                             "us": round(loop, 2)})
     for r in rows:
-        base = next((b for b in rows if b["impl"] == f"nn.Linear {r['mode']}"), None)
+        base = next((b for b in rows if b["impl"] == f"nn.Linear {r['mode']}" and b["grad"] == r["grad"]), None)
         if base is not None and r["impl"].startswith(("nn.Linear", "W8A8Linear")):
             r["x_bf16_host"] = round(base["host_us"] / r["host_us"], 3)
             r["x_bf16_loop"] = round(base["loop_us"] / r["loop_us"], 3)
@@ -105,10 +110,11 @@ def bench_shape(m: int, n: int, k: int) -> list[dict]:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| M | N x K | impl | host us | loop us | GPU us | x bf16 host | x bf16 loop |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| M | N x K | impl | grad | host us | loop us | GPU us | x bf16 host | x bf16 loop |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['M']} | {r['N']} x {r['K']} | {r['impl']} | {r['host_us']:.1f} | {r['loop_us']:.1f} | "
-                     f"{r['gpu_us']:.1f} | {r.get('x_bf16_host', '-')} | {r.get('x_bf16_loop', '-')} |")
+        lines.append(f"| {r['M']} | {r['N']} x {r['K']} | {r['impl']} | {r['grad']} | {r['host_us']:.1f} | "
+                     f"{r['loop_us']:.1f} | {r['gpu_us']:.1f} | {r.get('x_bf16_host', '-')} | {r.get('x_bf16_loop', '-')} |")
     return "\n".join(lines)
 
 

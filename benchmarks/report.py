@@ -139,11 +139,19 @@ def model_table(mode: str) -> list[str]:
                    "x bf16 wall", "% of bound", "quantizers", "unfused x bf16 GPU"], out)
 
 
+def _grad_note(row: dict) -> str:
+    """' no_grad' for a host row measured under torch.no_grad (rows without the field: inference_mode)."""
+    grad = row.get("grad", "inference_mode")
+    return "" if grad == "inference_mode" else f" {grad}"
+
+
 def host_table() -> list[str]:
     rows = load("host_h100.json")["rows"]
-    body = [[str(r["M"]), f"{r['N']} x {r['K']}", r["impl"], f"{r['host_us']:.1f}", f"{r['loop_us']:.1f}",
-             f"{r['gpu_us']:.1f}", _f(r.get("x_bf16_host")), _f(r.get("x_bf16_loop"))] for r in rows]
-    return _table(["M", "N x K", "call", "host us", "loop us", "GPU us", "x bf16 host", "x bf16 loop"], body)
+    body = [[str(r["M"]), f"{r['N']} x {r['K']}", r["impl"], r.get("grad", "inference_mode"), f"{r['host_us']:.1f}",
+             f"{r['loop_us']:.1f}", f"{r['gpu_us']:.1f}", _f(r.get("x_bf16_host")), _f(r.get("x_bf16_loop"))]
+            for r in rows]
+    return _table(["M", "N x K", "call", "grad mode", "host us", "loop us", "GPU us", "x bf16 host", "x bf16 loop"],
+                  body)
 
 
 def generate_table() -> list[str]:
@@ -221,7 +229,7 @@ def render_markdown(plots: bool = True) -> str:
     lin_min = min(r["x_bf16"] for r in lin if r["impl"] == "W8A8Linear sm90")
     files = [[f"`{n}`", what, f"{load(n)['environment']['device']}, {load(n)['environment']['date'][:10]}", f"`{cmd}`"]
              for n, (what, cmd) in PRODUCT.items()]
-    host_line = ", ".join(f"M = {r['M']} {r['mode']} {_f(r['x_bf16_host'])}x" for r in host
+    host_line = ", ".join(f"M = {r['M']} {r['mode']}{_grad_note(r)} {_f(r['x_bf16_host'])}x" for r in host
                           if r["impl"].startswith("W8A8Linear"))
     return "\n".join([
         "# Performance",
