@@ -214,9 +214,11 @@ def _no_context(ctx, inputs, output) -> None:
 
 
 # Inference only: a backward through the ops (W8A8Linear, the fused producers) raises this, not a
-# silent zero or a missing gradient.
-for _name in ("scaled_mm", "linear", "rms_norm_quant", "add_rms_norm_quant", "silu_mul_quant"):
-    torch.library.register_autograd(f"w8a8::{_name}", _inference_only(_name), setup_context=_no_context)
+# silent zero or a missing gradient. w8a8._C states the same rule in C++
+# (csrc/torch/sm90/autograd.cpp), with no Python per call; without it, this Python kernel.
+if not dispatch.load("_C")[0]:
+    for _name in ("scaled_mm", "linear", "rms_norm_quant", "add_rms_norm_quant", "silu_mul_quant"):
+        torch.library.register_autograd(f"w8a8::{_name}", _inference_only(_name), setup_context=_no_context)
 
 
 # --- public wrappers -----------------------------------------------------------------------
