@@ -9,6 +9,7 @@ graph runs no pass). The pass is spied on: every graph it produced is linted and
 nodes counted.
 """
 import collections
+import inspect
 import subprocess
 import sys
 
@@ -396,6 +397,13 @@ def test_install_idempotent_composes_and_opts_out(monkeypatch):
     import torch._inductor.config as inductor_config
     from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
+    from w8a8.fusion import inductor_rewrites as rewrites
+
+    # the uuid hashes every file whose functions the pass calls
+    called = {sys.modules[f.__module__].__file__ for f in vars(fusion).values()
+              if inspect.isfunction(f) and f.__module__.startswith("w8a8.")}
+    assert called == set(fusion._SOURCES) == {fusion.__file__, rewrites.__file__}
+
     class Theirs(CustomGraphPass):
         def __call__(self, graph):
             pass
@@ -408,7 +416,7 @@ def test_install_idempotent_composes_and_opts_out(monkeypatch):
     with inductor_config.patch(post_grad_custom_post_pass=theirs):
         assert fusion.install() and fusion.install()
         passes = inductor_config.post_grad_custom_post_pass
-        ours = "w8a8.fusion.inductor:" + get_hash_for_files((fusion.__file__,)).hex() + ":1"
+        ours = "w8a8.fusion.inductor:" + get_hash_for_files((fusion.__file__, rewrites.__file__)).hex() + ":1"
         if isinstance(passes, (list, tuple)):  # a torch whose config holds a list of passes
             assert passes[0] is theirs and len(passes) == 2 and isinstance(passes[1], fusion.FusionPass)
             assert passes[1].uuid() == ours

@@ -18,24 +18,24 @@ compares, no tensor op): the call has the planned form, the children and plain
 attributes are the objects planned, no hook is registered on a layer the fused path
 would not call, the weights and eps are read now, and autograd would record nothing.
 Otherwise the module runs the model's own code (``_w8a8_base.forward``): the same
-numbers, without the fusion.
+numbers, without the fusion. The checks the classes share are in ``checks.py``.
 
 Run-time reuse between modules (the norm's codes, a merged GEMM's outputs) is keyed on
-the very tensor object it was computed from, its version counter and the CUDA stream;
-under ``torch.compile`` the modules emit the fused ops and the per-member linears on
-slices of the merged weights, and ``w8a8.fusion.inductor`` wires them together.
+the very tensor object it was computed from, its version counter and the CUDA stream
+(``checks._Computed``); under ``torch.compile`` the modules emit the fused ops and the
+per-member linears on slices of the merged weights, and ``w8a8.fusion.inductor`` wires
+them together.
 """
 from __future__ import annotations
-
-import weakref
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn.modules import module as _module
 
 from w8a8 import ops
-from w8a8.linear import QuantizedActivation, W8A8Linear, _frozen, _stream_id
+from w8a8.fusion.checks import _capturing, _computed, _Computed, _hooked, _same_objects
+from w8a8.fusion.checks import fixed_objects  # noqa: F401  (importable from here, as before the move)
+from w8a8.linear import QuantizedActivation, W8A8Linear, _frozen
 
 # Above this many tokens a merged group runs one GEMM per member (on row slices of the merged
 # weight, sharing the codes): the merged GEMM pays while the GEMMs are short, the separate ones
@@ -43,46 +43,7 @@ from w8a8.linear import QuantizedActivation, W8A8Linear, _frozen, _stream_id
 MERGE_MAX_TOKENS = 4096
 
 
-def _hooked(modules) -> bool:
-    """Whether a forward hook or pre-hook would run for any of ``modules`` (their own or global)."""
-    if _module._global_forward_hooks or _module._global_forward_pre_hooks:
-        return True
-    for m in modules:
-        if m._forward_hooks or m._forward_pre_hooks:
-            return True
-    return False
-
-
-def _capturing(x: torch.Tensor) -> bool:
-    return x.is_cuda and torch.cuda.is_current_stream_capturing()
-
-
 # --- the per-call state a group shares between its members ---------------------------------
-
-
-def _version(x: torch.Tensor) -> int:
-    """x's version counter, or -1 for an inference tensor (which has none)."""
-    return -1 if x.is_inference() else x._version
-
-
-@dataclass
-class _Computed:
-    """What was computed from one tensor object: its codes and scales, and (merged) every member's output."""
-
-    source: weakref.ref
-    version: int
-    stream: int
-    pending: list[bool]  # members that have not read it yet
-    codes: torch.Tensor | None = None
-    scales: torch.Tensor | None = None
-    outputs: list | None = None
-
-    def valid_for(self, x: torch.Tensor) -> bool:
-        return self.source() is x and _version(x) == self.version and _stream_id(x) == self.stream
-
-
-def _computed(x: torch.Tensor, pending: list[bool], **fields) -> _Computed:
-    return _Computed(weakref.ref(x), _version(x), _stream_id(x), pending, **fields)
 
 
 class SharedInput:
@@ -356,29 +317,6 @@ class SharedInputLinear(W8A8Linear):
 
 
 # --- producers --------------------------------------------------------------------------------
-
-
-def _same_objects(module: nn.Module, fixed: tuple) -> bool:
-    """Whether the children and plain attributes the plan saw are still the module's."""
-    modules, attrs = module._modules, module.__dict__
-    try:
-        for name, value, is_child in fixed:
-            if (modules[name] if is_child else attrs[name]) is not value:
-                return False
-    except KeyError:
-        return False
-    return True
-
-
-def fixed_objects(module: nn.Module, read_now=()) -> tuple:
-    """(name, object, is a child) for every child and plain public attribute of ``module``
-    but those in ``read_now`` (the plan reads them at each call): what the fused forward
-    checks is unchanged."""
-    fixed = [(name, child, True) for name, child in module._modules.items()]
-    for name, value in module.__dict__.items():
-        if not name.startswith("_") and name != "training" and name not in read_now:
-            fixed.append((name, value, False))
-    return tuple(fixed)
 
 
 class QuantizingRMSNorm(nn.Module):

@@ -36,15 +36,8 @@ import torch
 from torch import nn
 
 from w8a8 import reference
-from w8a8.fusion.modules import (
-    QuantizingGatedMLP,
-    QuantizingRMSNorm,
-    SharedInput,
-    SharedInputLinear,
-    fixed_objects,
-    swap_in,
-    swap_out,
-)
+from w8a8.fusion.checks import fixed_objects
+from w8a8.fusion.modules import QuantizingGatedMLP, QuantizingRMSNorm, SharedInput, SharedInputLinear, swap_in, swap_out
 from w8a8.linear import W8A8Linear
 from w8a8.validate import MAX_K
 
