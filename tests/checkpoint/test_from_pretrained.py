@@ -2,7 +2,6 @@
 import json
 import os
 import threading
-import time
 
 import pytest
 import torch
@@ -32,11 +31,9 @@ def test_hub_id_is_refused_without_network(monkeypatch):
     def no_network(*a, **k):
         raise AssertionError("network used")
 
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    t = time.monotonic()
+    monkeypatch.setattr(socket.socket, "connect", no_network)  # any connection attempt fails the test
     with pytest.raises(CheckpointError, match=r"'meta-llama/Llama-3-8B' is not a local folder; .*never uses the network"):
         w8a8.from_pretrained("meta-llama/Llama-3-8B")
-    assert time.monotonic() - t < 2
 
 
 def test_missing_and_empty_folders_are_named(tmp_path):

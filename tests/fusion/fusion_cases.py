@@ -68,10 +68,6 @@ class Case:
         return plain, fused
 
 
-def _mlp(layer):
-    return layer.mlp
-
-
 def _attn(case, layer):
     return layer if case.arch == "tiny" else layer.self_attn
 
