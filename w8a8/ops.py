@@ -26,6 +26,8 @@ The math is stated in ``w8a8.reference``.
 """
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from typing import Literal
 
@@ -65,8 +67,15 @@ _lib.define(f"linear{_LINEAR}")
 _lib.define("_warn(str message) -> ()")
 
 
+# Frames of torch and of this package: a warning points at the first frame outside them (the user's call).
+_INTERNAL_FRAMES = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.abspath(__file__)) + os.sep)
+
+
 def _warn(message: str) -> None:
-    warnings.warn(message, UserWarning, stacklevel=2)
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_FRAMES):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, UserWarning, stacklevel=level)
 
 
 _lib.impl("_warn", _warn, "CompositeExplicitAutograd")

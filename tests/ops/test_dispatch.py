@@ -151,8 +151,9 @@ def test_kernels_built_for_this_gpu():
 def test_the_routers_warnings_are_python_warnings():
     """The C++ router says its fallbacks through w8a8::_warn (a torch.ops call does not turn a
     C++ TORCH_WARN into a Python warning): a UserWarning that filters see and can make an error."""
-    with pytest.warns(UserWarning, match=r"^w8a8\.scaled_mm: a test$"):
+    with pytest.warns(UserWarning, match=r"^w8a8\.scaled_mm: a test$") as record:
         torch.ops.w8a8._warn("w8a8.scaled_mm: a test")
+    assert record[0].filename == __file__  # the caller's line, not torch's or w8a8's
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(UserWarning, match="a test"):
