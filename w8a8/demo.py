@@ -24,7 +24,7 @@ from w8a8.quantize_model import quantize_model
 # "tiny" for smoke tests.
 LLAMA_SIZES = {
     "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
-                      head_dim=128, vocab_size=128256),
+                      head_dim=128, vocab_size=128256, max_position_embeddings=8192),
     "small": dict(hidden_size=512, intermediate_size=1536, num_attention_heads=8, num_key_value_heads=4,
                   head_dim=64, vocab_size=1000),
     "tiny": dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=16,

@@ -22,8 +22,10 @@ How, per (batch, cache length) "slot":
 * ``generate``: reset the cache, run the prompt eagerly (prefill, ``logits_to_keep=1``; or
   replay its own graph, one per prompt length, with ``prefill_graphs=True``), seed the
   buffers with its greedy token, then replay the decode graph once per new token. No
-  host synchronisation inside the loop except every STOP_CHECK tokens when ``eos_token_id``
-  is given (to stop once every row has finished).
+  host synchronisation inside the loop unless a stop rule or a streamer needs the tokens
+  (``w8a8/generation/stops.py``): with ``eos_token_id``, ``stop_strings`` or ``max_time``
+  they are read every STOP_CHECK tokens and once after the loop, with a ``streamer`` after
+  every token.
 
 Without a GPU (or with ``cuda_graph=False``) the same step runs eagerly: same cache, same
 kernels, the reference the graph is tested against.
@@ -40,14 +42,17 @@ its first call) and each ``StaticLayer``'s ``update`` (one ``cache_write`` launc
 for every model the Generator runs, quantized or not.
 
 Greedy only, one prompt length per call (no padding: ``attention_mask`` is not taken); a
-row that produced ``eos_token_id`` gets ``pad_token_id`` afterwards, as transformers'
-``generate`` does.
+row that ended (an eos id, a stop string) gets ``pad_token_id`` afterwards, as transformers'
+``generate`` does. The models it runs: transformers decoder-only causal LMs (an output head)
+with "sdpa" or "eager" attention; the prompt and the new tokens within the model's
+``max_position_embeddings``. Everything ``generate`` refuses, it refuses before any work.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import inspect
+import numbers
 import os
 import sys
 import warnings
@@ -55,6 +60,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from w8a8.generation.stops import Stops
 
 # Cache lengths are rounded up to a multiple of this, so prompts of other lengths reuse a slot
 # (its graph and cache) instead of capturing again. The step reads the whole static cache
@@ -64,8 +71,13 @@ CACHE_ROUND = 256
 # the eager forward is bound by the GPU, not by Python, and the graph only holds memory.
 # [evidence generation.prefill-graph-max-tokens]
 PREFILL_GRAPH_MAX_TOKENS = 4096
-# With eos_token_id: every this many new tokens, one host synchronisation checks whether all rows finished.
+# With eos_token_id, stop_strings or max_time (and no streamer): every this many new tokens the
+# host reads the tokens (one synchronisation) to see which rows ended and whether all did.
 STOP_CHECK = 16
+# The attention implementations the steps run: "sdpa" (swapped for ATTENTION) and transformers' "eager".
+# Others (flash, flex, paged) are refused: the steps' static cache and graph capture were never run
+# with them, and their static-cache paths are transformers' own, not this module's.
+SUPPORTED_ATTENTION = ("sdpa", "eager")
 
 
 # The attention implementation the Generator's steps run (registered with transformers on first use).
@@ -114,6 +126,35 @@ def _cache_keyword(model: nn.Module) -> str:
     ``cache=`` would land unread in its kwargs)."""
     params = inspect.signature(model.forward).parameters
     return "past_key_values" if "cache" not in params and "past_key_values" in params else "cache"
+
+
+def _check_model(model: nn.Module) -> None:
+    """Refuse, naming what is wrong, a model the steps cannot run: not a transformers decoder-only
+    causal LM with an output head, or an attention implementation not in SUPPORTED_ATTENTION."""
+    config = getattr(model, "config", None)
+    name = type(model).__name__
+    head = getattr(model, "get_output_embeddings", None)
+    if not isinstance(model, nn.Module) or config is None or not callable(head):
+        raise ValueError(f"w8a8.Generator: model must be a transformers causal LM (LlamaForCausalLM and the like), "
+                         f"got {name}, which has no config or get_output_embeddings")
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"w8a8.Generator: model must be a decoder-only causal LM, got {name} "
+                         "(config.is_encoder_decoder=True)")
+    if head() is None:
+        raise ValueError(f"w8a8.Generator: model must be a causal LM with an output head (a ...ForCausalLM), got "
+                         f"{name}, whose get_output_embeddings() is None: pass the causal LM, not its base model")
+    attention = getattr(config, "_attn_implementation", None)
+    if attention not in SUPPORTED_ATTENTION:
+        raise ValueError(f"w8a8.Generator: model.config._attn_implementation must be one of "
+                         f"{', '.join(map(repr, SUPPORTED_ATTENTION))}, got {attention!r} (load the model with "
+                         "attn_implementation=\"sdpa\", or call model.set_attn_implementation(\"sdpa\"))")
+
+
+def _vocab_size(model: nn.Module) -> int | None:
+    """The number of logits a step gives (the output head's rows), else ``config.vocab_size``."""
+    head = model.get_output_embeddings()
+    rows = getattr(head, "out_features", None) or getattr(head, "num_embeddings", None)
+    return rows if isinstance(rows, int) else getattr(model.config, "vocab_size", None)
 
 
 def triton_generation():
@@ -216,6 +257,7 @@ class Generator:
 
     def __init__(self, model: nn.Module, cuda_graph: bool | None = None, prefill_graphs: bool = False,
                  kernels: bool | None = None) -> None:
+        _check_model(model)
         device = next(model.parameters()).device
         if cuda_graph and device.type != "cuda":
             raise ValueError(f"w8a8.Generator: cuda_graph=True needs the model on a CUDA device, it is on {device}")
@@ -361,37 +403,94 @@ class Generator:
         slot.graph.replay()
         return slot.logits
 
-    @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None = None,
-                 pad_token_id: int | None = None, output_logits: bool = False):
-        """Greedy continuation of ``input_ids`` [B, P] (int64, on the model's device).
-
-        Returns [B, P + max_new_tokens] token ids (fewer new tokens when every row met
-        ``eos_token_id``); with ``output_logits`` also the logits of each new token [B, n, V].
-        """
-        if input_ids.dim() != 2 or input_ids.dtype != torch.long or input_ids.device != self.device:
+    def _check_request(self, input_ids: torch.Tensor, max_new_tokens) -> None:
+        """Refuse bad ``input_ids`` / ``max_new_tokens`` (generate's docstring), before any work."""
+        _check_model(self.model)
+        if not torch.is_tensor(input_ids) or input_ids.dim() != 2 or input_ids.dtype != torch.long \
+                or input_ids.device != self.device:
+            got = (f"{input_ids.dtype} {list(input_ids.shape)} on {input_ids.device}" if torch.is_tensor(input_ids)
+                   else type(input_ids).__name__)
             raise ValueError(f"w8a8.Generator.generate: input_ids must be int64 [batch, prompt] on {self.device}, "
-                             f"got {input_ids.dtype} {list(input_ids.shape)} on {input_ids.device}")
+                             f"got {got}")
+        batch, prompt = input_ids.shape
+        if batch == 0 or prompt == 0:
+            raise ValueError(f"w8a8.Generator.generate: input_ids must hold at least one row and one token per row, "
+                             f"got shape {list(input_ids.shape)}")
+        if not isinstance(max_new_tokens, numbers.Integral) or isinstance(max_new_tokens, bool):
+            raise ValueError(f"w8a8.Generator.generate: max_new_tokens must be an int, got "
+                             f"{type(max_new_tokens).__name__} {max_new_tokens!r}")
         if max_new_tokens < 1:
             raise ValueError(f"w8a8.Generator.generate: max_new_tokens must be >= 1, got {max_new_tokens}")
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if isinstance(limit, int) and prompt + max_new_tokens > limit:
+            raise ValueError(f"w8a8.Generator.generate: input_ids ({prompt} tokens) and max_new_tokens "
+                             f"({max_new_tokens}) must fit the model's max_position_embeddings ({limit}) together, "
+                             f"got {prompt} + {max_new_tokens} = {prompt + max_new_tokens} positions")
+        embeddings = getattr(self.model.get_input_embeddings(), "num_embeddings", None)
+        if isinstance(embeddings, int):  # two numbers read on the host: on a GPU, one synchronisation
+            low, high = torch.stack(torch.aminmax(input_ids)).tolist()
+            if low < 0 or high >= embeddings:
+                raise ValueError(f"w8a8.Generator.generate: input_ids must be token ids in [0, {embeddings}) (the "
+                                 f"model's embedding rows), got ids from {low} to {high}")
+
+    @torch.inference_mode()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | list[int] | None = None,
+                 pad_token_id: int | None = None, output_logits: bool = False, *, stop_strings=None,
+                 tokenizer=None, max_time: float | None = None, streamer=None):
+        """Greedy continuation of ``input_ids`` [B, P] (int64, on the model's device).
+
+        Returns [B, P + n] token ids, n = ``max_new_tokens`` unless the call ended early (every
+        row ended: n runs to the last row's end; ``max_time``: the tokens made by then); with
+        ``output_logits`` also the logits of each new token [B, n, V]. The greedy tokens are the
+        same with and without the options below; those only decide where rows end and what the
+        host reads (``w8a8/generation/stops.py`` states each rule exactly).
+
+        eos_token_id : an id or a list, tuple or set of ids: a row ends at its first new token
+            that is one of them.
+        pad_token_id : what a row holds after its end (default: the first eos id; with
+            neither, a row's tokens after its end stay as generated, as in transformers).
+        stop_strings, tokenizer : a string or a list of strings and the tokenizer whose
+            ``decode`` gives the text: a row ends at the first new token after which the
+            decoded text of its new tokens contains one of them.
+        max_time : seconds; the call ends at the first read of the tokens after this much time
+            since it began (reads: every STOP_CHECK tokens, with a streamer every token).
+        streamer : an object with ``put(token_ids)`` and ``end()`` (transformers'
+            ``TextStreamer``, ``TextIteratorStreamer``): the prompt, each new token [B], then ``end()``.
+
+        Raises ``ValueError``, naming the argument, before any work: input_ids not int64
+        [B >= 1, P >= 1] on the model's device or not token ids, max_new_tokens not an int >= 1,
+        P + max_new_tokens past the model's ``max_position_embeddings``, eos ids outside the
+        vocabulary, stop_strings without a tokenizer, a streamer without put / end, a model the
+        Generator does not run (its constructor's rules).
+        """
+        self._check_request(input_ids, max_new_tokens)
         batch, prompt = input_ids.shape
-        slot = self.slot(batch, prompt + max_new_tokens)
-        new = torch.empty(batch, max_new_tokens, dtype=torch.long, device=self.device)
-        first = self.prefill(slot, input_ids)
-        logits = [first.clone()] if output_logits else None
-        new[:, 0] = slot.ids[:, 0]
-        done = 1
-        for i in range(1, max_new_tokens):
-            if eos_token_id is not None and i % STOP_CHECK == 0 and bool((new[:, :i] == eos_token_id).any(1).all()):
-                break
-            step_logits = self.decode(slot)
-            if output_logits:
-                logits.append(step_logits.clone())
-            new[:, i] = slot.ids[:, 0]
-            done = i + 1
-        new = new[:, :done]
-        if eos_token_id is not None:  # after a row's first eos: pad
-            after = (new == eos_token_id).long().cumsum(1) - (new == eos_token_id).long() > 0
-            new = new.masked_fill(after, eos_token_id if pad_token_id is None else pad_token_id)
+        max_new_tokens = int(max_new_tokens)
+        stops = Stops(batch, _vocab_size(self.model), STOP_CHECK, eos_token_id, pad_token_id, stop_strings, tokenizer,
+                      max_time, streamer)
+        if streamer is not None:
+            streamer.put(input_ids.cpu())
+        try:
+            slot = self.slot(batch, prompt + max_new_tokens)
+            new = torch.empty(batch, max_new_tokens, dtype=torch.long, device=self.device)
+            first = self.prefill(slot, input_ids)
+            logits = [first.clone()] if output_logits else None
+            new[:, 0] = slot.ids[:, 0]
+            done = 1
+            for i in range(1, max_new_tokens):
+                if stops.every and i % stops.every == 0 and stops.check(new[:, stops.checked:i].cpu()):
+                    break
+                step_logits = self.decode(slot)
+                if output_logits:
+                    logits.append(step_logits.clone())
+                new[:, i] = slot.ids[:, 0]
+                done = i + 1
+            if stops.every and stops.checked < done:  # the tokens since the last read
+                stops.check(new[:, stops.checked:done].cpu())
+            length = stops.length(done)
+            new = stops.filled(new[:, :length])
+        finally:
+            if streamer is not None:
+                streamer.end()
         tokens = torch.cat([input_ids, new], dim=1)
-        return (tokens, torch.stack(logits, dim=1)) if output_logits else tokens
+        return (tokens, torch.stack(logits[:length], dim=1)) if output_logits else tokens
