@@ -6,7 +6,6 @@ lengths with one Generator. CUDA: Llama-3-8B widths (2 layers), the graph's logi
 same steps run eagerly, bit for bit, over 128 greedy tokens.
 """
 import copy
-import json
 
 import pytest
 import torch
