@@ -1,4 +1,4 @@
-"""Greedy generation for transformers causal LMs with the decode step captured in a CUDA graph.
+"""Greedy (and sampled) generation for transformers causal LMs with the decode step captured in a CUDA graph.
 
     gen = w8a8.Generator(model)                 # a transformers CausalLM, quantized or not
     tokens = gen.generate(input_ids, max_new_tokens=128)
@@ -41,7 +41,12 @@ the modeling module's ``apply_rotary_pos_emb`` (``_FusedRope``: bit-identical, c
 its first call) and each ``StaticLayer``'s ``update`` (one ``cache_write`` launch). The same
 for every model the Generator runs, quantized or not.
 
-Greedy only, one prompt length per call (no padding: ``attention_mask`` is not taken); a
+Sampling (``do_sample=True``: temperature, top-k, top-p, transformers' semantics, stated in
+``w8a8/generation/sampling.py``) runs after each step, eagerly, outside the graph: the graph
+is the greedy one, unchanged, and the sampled token overwrites the greedy one in the id buffer
+before the next replay. Greedy calls run none of it.
+
+One prompt length per call (no padding: ``attention_mask`` is not taken); a
 row that ended (an eos id, a stop string) gets ``pad_token_id`` afterwards, as transformers'
 ``generate`` does. The models it runs: transformers decoder-only causal LMs (an output head)
 with "sdpa" or "eager" attention; the prompt and the new tokens within the model's
@@ -61,6 +66,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from w8a8.generation.sampling import Sampler
 from w8a8.generation.stops import Stops
 
 # Cache lengths are rounded up to a multiple of this, so prompts of other lengths reuse a slot
@@ -436,14 +442,17 @@ class Generator:
     @torch.inference_mode()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | list[int] | None = None,
                  pad_token_id: int | None = None, output_logits: bool = False, *, stop_strings=None,
-                 tokenizer=None, max_time: float | None = None, streamer=None):
-        """Greedy continuation of ``input_ids`` [B, P] (int64, on the model's device).
+                 tokenizer=None, max_time: float | None = None, streamer=None, do_sample: bool = False,
+                 temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                 generator: torch.Generator | None = None):
+        """Greedy (or, with ``do_sample``, sampled) continuation of ``input_ids`` [B, P] (int64, on
+        the model's device).
 
         Returns [B, P + n] token ids, n = ``max_new_tokens`` unless the call ended early (every
         row ended: n runs to the last row's end; ``max_time``: the tokens made by then); with
         ``output_logits`` also the logits of each new token [B, n, V]. The greedy tokens are the
-        same with and without the options below; those only decide where rows end and what the
-        host reads (``w8a8/generation/stops.py`` states each rule exactly).
+        same with and without the stop options below; those only decide where rows end and what
+        the host reads (``w8a8/generation/stops.py`` states each rule exactly).
 
         eos_token_id : an id or a list, tuple or set of ids: a row ends at its first new token
             that is one of them.
@@ -456,14 +465,27 @@ class Generator:
             since it began (reads: every STOP_CHECK tokens, with a streamer every token).
         streamer : an object with ``put(token_ids)`` and ``end()`` (transformers'
             ``TextStreamer``, ``TextIteratorStreamer``): the prompt, each new token [B], then ``end()``.
+        do_sample : draw each new token from the softmax of the processed logits instead of
+            taking the argmax, as transformers' ``do_sample=True`` (``w8a8/generation/sampling.py``).
+        temperature : with do_sample, the logits are divided by it first (default 1.0).
+        top_k : with do_sample, only the k largest logits (and ties with the k-th) are kept.
+        top_p : with do_sample, only the smallest set of tokens whose probability reaches top_p
+            (at least one) is kept; applied after temperature and top_k, as transformers does.
+        generator : with do_sample, the ``torch.Generator`` (on the model's device) the draws
+            use; the same seed gives the same tokens. None: torch's default generator.
+            ``output_logits`` gives the model's logits, before temperature and filtering.
 
         Raises ``ValueError``, naming the argument, before any work: input_ids not int64
         [B >= 1, P >= 1] on the model's device or not token ids, max_new_tokens not an int >= 1,
         P + max_new_tokens past the model's ``max_position_embeddings``, eos ids outside the
-        vocabulary, stop_strings without a tokenizer, a streamer without put / end, a model the
-        Generator does not run (its constructor's rules).
+        vocabulary, stop_strings without a tokenizer, a streamer without put / end, with
+        do_sample temperature not a finite number > 0, top_k not an int >= 1, top_p not in
+        (0, 1] or a generator not on the model's device, without do_sample any of these four
+        given, a model the Generator does not run (its constructor's rules).
         """
         self._check_request(input_ids, max_new_tokens)
+        sampler = Sampler(self.device, do_sample, temperature, top_k, top_p, generator)
+        sample = sampler.sample if sampler.do_sample else None
         batch, prompt = input_ids.shape
         max_new_tokens = int(max_new_tokens)
         stops = Stops(batch, _vocab_size(self.model), STOP_CHECK, eos_token_id, pad_token_id, stop_strings, tokenizer,
@@ -474,6 +496,8 @@ class Generator:
             slot = self.slot(batch, prompt + max_new_tokens)
             new = torch.empty(batch, max_new_tokens, dtype=torch.long, device=self.device)
             first = self.prefill(slot, input_ids)
+            if sample is not None:
+                slot.ids.copy_(sample(first))
             logits = [first.clone()] if output_logits else None
             new[:, 0] = slot.ids[:, 0]
             done = 1
@@ -481,6 +505,8 @@ class Generator:
                 if stops.every and i % stops.every == 0 and stops.check(new[:, stops.checked:i].cpu()):
                     break
                 step_logits = self.decode(slot)
+                if sample is not None:
+                    slot.ids.copy_(sample(step_logits))
                 if output_logits:
                     logits.append(step_logits.clone())
                 new[:, i] = slot.ids[:, 0]

@@ -1,0 +1,107 @@
+"""Sampling for ``w8a8.Generator.generate(do_sample=True)``: transformers' multinomial sampling.
+
+Per new token, from the step's last logits [B, V] (cast to float32, as transformers' generate
+does), in transformers' order:
+
+* ``temperature``: the logits divided by it (TemperatureLogitsWarper; 1.0: skipped);
+* ``top_k``: logits below the k-th largest set to -inf, so ties with it are kept
+  (TopKLogitsWarper; k past the vocabulary: the whole vocabulary);
+* ``top_p``: sorted ascending, the logits whose cumulative softmax is <= 1 - top_p set to -inf,
+  the largest always kept: the smallest set whose mass reaches top_p (TopPLogitsWarper;
+  1.0: skipped);
+
+then one ``torch.multinomial`` draw from their softmax, with ``generator`` (a
+``torch.Generator`` on the model's device; None: torch's default generator).
+
+All of it runs on the logits' device, eagerly, and reads nothing on the host. On a GPU the
+Generator replays its decode graph unchanged (the graph writes its greedy token into the
+slot's id buffer) and then overwrites that buffer with the sampled token (``Generator.generate``);
+the draws are not in the graph, so the generator's state needs no registering with it.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+
+def _error(name: str, rule: str, got) -> ValueError:
+    return ValueError(f"w8a8.Generator.generate: {name} must {rule}, got {got}")
+
+
+class Sampler:
+    """The sampling arguments of one ``generate`` call, checked; ``warp(logits)`` gives the
+    filtered logits, ``sample(logits)`` one token per row [B, 1].
+
+    Raises ``ValueError`` (naming the argument) for: do_sample not a bool; with do_sample,
+    temperature not a finite number > 0, top_k not an int >= 1, top_p not a number in (0, 1],
+    a generator that is not a ``torch.Generator`` on ``device``; without do_sample, any of
+    them given (temperature other than 1.0, the others not None).
+    """
+
+    def __init__(self, device: torch.device, do_sample=False, temperature=1.0, top_k=None, top_p=None,
+                 generator=None) -> None:
+        if not isinstance(do_sample, bool):
+            raise _error("do_sample", "be a bool", f"{type(do_sample).__name__} {do_sample!r}")
+        if not do_sample:
+            values = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "generator": generator}
+            given = {name: value for name, value in values.items()
+                     if value is not None and not (name == "temperature" and value == 1.0)}
+            if given:
+                raise _error(" / ".join(given), "come with do_sample=True (with do_sample=False the tokens are "
+                             "greedy and they would be ignored)", ", ".join(f"{n}={v!r}" for n, v in given.items()))
+            return self._set(False, 1.0, None, None, None)
+        if not isinstance(temperature, numbers.Real) or isinstance(temperature, bool) \
+                or not math.isfinite(temperature) or not temperature > 0:
+            raise _error("temperature", "be a finite number > 0 (for greedy tokens pass do_sample=False)",
+                         f"{type(temperature).__name__} {temperature!r}")
+        if top_k is not None and (not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 1):
+            raise _error("top_k", "be an int >= 1 or None", f"{type(top_k).__name__} {top_k!r}")
+        if top_p is not None and (not isinstance(top_p, numbers.Real) or isinstance(top_p, bool)
+                                  or not 0 < top_p <= 1):
+            raise _error("top_p", "be a number in (0, 1] or None", f"{type(top_p).__name__} {top_p!r}")
+        if generator is not None:
+            if not isinstance(generator, torch.Generator):
+                raise _error("generator", f"be a torch.Generator on {device} or None", type(generator).__name__)
+            if not _same_device(generator.device, device):
+                raise _error("generator", f"be on the model's device, {device}", f"a torch.Generator on "
+                             f"{generator.device}")
+        self._set(True, float(temperature), None if top_k is None else int(top_k),
+                  None if top_p is None else float(top_p), generator)
+
+    def _set(self, do_sample, temperature, top_k, top_p, generator) -> None:
+        self.do_sample = do_sample
+        self.temperature = temperature
+        self.top_k = top_k
+        self.top_p = top_p
+        self.generator = generator
+
+    def warp(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits [B, V] after temperature, top-k and top-p (filtered ones -inf), in float32."""
+        scores = logits.float()
+        if self.temperature != 1.0:
+            scores = scores / self.temperature
+        if self.top_k is not None:
+            kth = torch.topk(scores, min(self.top_k, scores.shape[-1]))[0][..., -1, None]
+            scores = scores.masked_fill(scores < kth, -math.inf)
+        if self.top_p is not None and self.top_p < 1.0:
+            ascending, order = torch.sort(scores, descending=False)
+            remove = ascending.softmax(dim=-1).cumsum(dim=-1) <= 1 - self.top_p
+            remove[..., -1:] = False  # the largest is always kept
+            scores = scores.masked_fill(remove.scatter(1, order, remove), -math.inf)
+        return scores
+
+    def sample(self, logits: torch.Tensor) -> torch.Tensor:
+        """One token per row [B, 1] (int64), drawn from the softmax of ``warp(logits)``."""
+        return torch.multinomial(self.warp(logits).softmax(dim=-1), num_samples=1, generator=self.generator)
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether a generator on ``a`` draws on ``b`` (a CUDA device without an index: the current one)."""
+    if a.type != b.type:
+        return False
+    if a.type != "cuda":
+        return True
+    current = torch.cuda.current_device() if (a.index is None or b.index is None) else None
+    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
