@@ -239,7 +239,8 @@ class _Slot:
 
 
 class Generator:
-    """Greedy generation with one CUDA graph per (batch size, cache length); see the module docstring.
+    """Greedy or sampled generation with one CUDA graph per (batch size, cache length); see the
+    module docstring.
 
     Parameters
     ----------
