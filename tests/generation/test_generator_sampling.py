@@ -6,7 +6,6 @@ to greedy token for token; the tokens equal transformers' sampled generate under
 torch seed; sampling with eos and a streamer; greedy calls never reach the sampler; every
 refusal's words, before any work.
 """
-import copy
 import math
 
 import pytest
@@ -14,45 +13,21 @@ import torch
 
 pytest.importorskip("transformers")
 
-import w8a8  # noqa: E402
 from w8a8.generation import Generator  # noqa: E402
 from w8a8.generation import sampling  # noqa: E402
 from w8a8.generation.sampling import Sampler  # noqa: E402
+from generator_helpers import Recorder, _one_thread, tiny_llama  # noqa: E402,F401  (_one_thread: autouse)
 
 VOCAB = 256
 NEW = 16
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """One intra-op thread, as in test_generator_stops.py (tiny models, a shared 2-core CPU)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def models():
-    """A tiny Llama, float32 and W8A8, weights at a trained-like scale (logits with a spread:
-    top-k and top-p cut something, and a sampled run differs from the greedy one)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=16, num_hidden_layers=2)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2 and "embed" not in name:
-                p.normal_(std=p.shape[1] ** -0.5)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    quantized = copy.deepcopy(model)
-    w8a8.quantize_model(quantized, skip=("lm_head",), progress=False)
-    return {"float": model, "w8a8": quantized}
+    """A tiny Llama, float32 and W8A8 (logits with a spread: top-k and top-p cut something, and a
+    sampled run differs from the greedy one)."""
+    return tiny_llama(VOCAB, pad=0)
 
 
 def _ids(batch=3, prompt=5, seed=0):
@@ -173,17 +148,6 @@ def test_tokens_equal_transformers_sampled_generate(models, setting):
                               temperature=setting.get("temperature", 1.0))
     torch.manual_seed(11)
     assert torch.equal(Generator(model).generate(ids, NEW, do_sample=True, **setting), expected)
-
-
-class Recorder:
-    def __init__(self):
-        self.puts, self.ends = [], 0
-
-    def put(self, value):
-        self.puts.append(value.clone())
-
-    def end(self):
-        self.ends += 1
 
 
 def test_sampling_with_eos_and_streamer(models):

@@ -15,27 +15,17 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-import w8a8  # noqa: E402
 from w8a8.generation import Generator  # noqa: E402
 from w8a8.generation import generator as generation  # noqa: E402
 from w8a8.generation import stops as stops_module  # noqa: E402
 from w8a8.generation.stops import Stops  # noqa: E402
+from generator_helpers import Recorder, _one_thread, tiny_llama  # noqa: E402,F401  (_one_thread: autouse)
 
 WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "to", "house", "big", "small", "red", "blue",
          "is", "was", "and", "it", "of", "in", "quantized", "model", "int8", "weights", "fast", "slow"]
 PROMPTS = ["the cat sat on the mat", "a big red dog ran to", "int8 weights are fast and"]
 PAD = 0  # "<s>": never generated (below)
 NEW = 24
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """One intra-op thread: these models are tiny, and two threads on a shared 2-core CPU run
-    transformers' generate 30x slower (the threads wait on each other)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -55,33 +45,18 @@ def tok():
 
 @pytest.fixture(scope="module")
 def models(tok):
-    """The tiny Llama over tok's vocabulary, float32 and W8A8. Weights at a trained-like scale
-    (varied greedy text) and the head's rows of special tokens and of tokens that are not
-    printable ASCII zeroed, so that the text is ASCII and "</s>" never comes unless asked."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """The tiny Llama over tok's vocabulary, float32 and W8A8, the head's rows of special tokens and
+    of tokens that are not printable ASCII zeroed, so that the text is ASCII and "</s>" never comes
+    unless asked."""
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     byte = {c: b for b, c in bytes_to_unicode().items()}
     printable = {c for c, b in byte.items() if 32 <= b < 127 or b == 10}  # printable ASCII and newline
     ascii_ids = [i for i, t in enumerate(tok.convert_ids_to_tokens(list(range(len(tok)))))
                  if i not in tok.all_special_ids and set(t) <= printable]
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=16, num_hidden_layers=2)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2 and "embed" not in name:
-                p.normal_(std=p.shape[1] ** -0.5)
-        keep = torch.zeros(len(tok), dtype=torch.bool)
-        keep[ascii_ids] = True
-        model.lm_head.weight[~keep] = 0
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = PAD
-    quantized = copy.deepcopy(model)
-    w8a8.quantize_model(quantized, skip=("lm_head",), progress=False)
-    return {"float": model, "w8a8": quantized}
+    keep = torch.zeros(len(tok), dtype=torch.bool)
+    keep[ascii_ids] = True
+    return tiny_llama(len(tok), PAD, head_rows=keep)
 
 
 def _prompt(tok, batch=3, length=5):
@@ -90,19 +65,6 @@ def _prompt(tok, batch=3, length=5):
 
 def _hf(model, ids, new=NEW, **kwargs):
     return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False, **kwargs)
-
-
-class Recorder:
-    """A streamer that keeps what it is given."""
-
-    def __init__(self):
-        self.puts, self.ends = [], 0
-
-    def put(self, value):
-        self.puts.append(value.clone())
-
-    def end(self):
-        self.ends += 1
 
 
 def _same_puts(a, b):
