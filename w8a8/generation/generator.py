@@ -57,7 +57,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-import numbers
 import os
 import sys
 import warnings
@@ -67,7 +66,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from w8a8.generation.sampling import Sampler
-from w8a8.generation.stops import Stops
+from w8a8.generation.stops import Stops, _is_int
 
 # Cache lengths are rounded up to a multiple of this, so prompts of other lengths reuse a slot
 # (its graph and cache) instead of capturing again. The step reads the whole static cache
@@ -423,7 +422,7 @@ class Generator:
         if batch == 0 or prompt == 0:
             raise ValueError(f"w8a8.Generator.generate: input_ids must hold at least one row and one token per row, "
                              f"got shape {list(input_ids.shape)}")
-        if not isinstance(max_new_tokens, numbers.Integral) or isinstance(max_new_tokens, bool):
+        if not _is_int(max_new_tokens):
             raise ValueError(f"w8a8.Generator.generate: max_new_tokens must be an int, got "
                              f"{type(max_new_tokens).__name__} {max_new_tokens!r}")
         if max_new_tokens < 1:

@@ -25,9 +25,7 @@ import numbers
 
 import torch
 
-
-def _error(name: str, rule: str, got) -> ValueError:
-    return ValueError(f"w8a8.Generator.generate: {name} must {rule}, got {got}")
+from w8a8.generation.stops import _error, _is_int
 
 
 class Sampler:
@@ -56,7 +54,7 @@ class Sampler:
                 or not math.isfinite(temperature) or not temperature > 0:
             raise _error("temperature", "be a finite number > 0 (for greedy tokens pass do_sample=False)",
                          f"{type(temperature).__name__} {temperature!r}")
-        if top_k is not None and (not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 1):
+        if top_k is not None and (not _is_int(top_k) or top_k < 1):
             raise _error("top_k", "be an int >= 1 or None", f"{type(top_k).__name__} {top_k!r}")
         if top_p is not None and (not isinstance(top_p, numbers.Real) or isinstance(top_p, bool)
                                   or not 0 < top_p <= 1):
