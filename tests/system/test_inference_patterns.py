@@ -123,22 +123,13 @@ def test_graphs_sharing_one_memory_pool():
                 assert torch.equal(out, model(x)), m
 
 
-def _kernels_launched(fn) -> set[str]:
-    """Names of the CUDA kernels ``fn()`` launches (the profiler's device events)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
-
-
 @gpu
 def test_bf16_sm90_layers_take_the_single_op_path():
     """The compiled graph names the public op (one graph, no break); when it runs on sm90
     with few tokens, the op's CUDA implementation picks the single C++ op. Seen in the kernels
     of a static stack: the single op quantizes with the CUDA static kernel, the composed path
     (above the single op's token limit) with Triton's."""
+    from benchmarks.model import kernel_us  # the model suite's profile: {kernel name: (us, launches)}
     from w8a8 import dispatch
 
     if dispatch.unavailable_reason("scaled_mm", "sm90", torch.device("cuda")) is not None:
@@ -152,8 +143,8 @@ def test_bf16_sm90_layers_take_the_single_op_path():
     with torch.inference_mode():
         for m, single in ((2, True), (300, False)):
             x = _inputs(m, "cuda", dtype)
-            compiled(x)  # compile and warm up outside the profile
-            names = _kernels_launched(lambda: compiled(x))
+            compiled(x)  # compile outside the profile
+            names = set(kernel_us(lambda: compiled(x), torch.device("cuda"), iters=1))
             cuda_static = any("quantize_static_kernel" in n and "_quantize_static_kernel" not in n for n in names)
             triton_static = any("_quantize_static_kernel" in n for n in names)
             assert (cuda_static, triton_static) == (single, not single), (m, sorted(names))
