@@ -259,3 +259,19 @@ def test_torch_export_of_a_fused_model_is_the_unfused_program(strict):
     assert code.count("w8a8.linear") == 7 * LAYERS and "rms_norm_quant" not in code and not ep.constants
     with torch.no_grad():
         assert torch.equal(ep.module()(x), case.run(plain, x))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_exporting_is_true_under_export_only(strict):
+    """The fused modules' export check: False while torch.compile traces (Dynamo in torch 2.11
+    folds torch.compiler.is_exporting() to True there), True while torch.export traces."""
+    from w8a8.fusion.checks import _exporting
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            return x + 1 if _exporting() else x - 1
+
+    x = torch.zeros(2)
+    assert not _exporting()
+    assert torch.equal(torch.compile(Probe(), fullgraph=True, backend="eager")(x), x - 1)
+    assert torch.equal(torch.export.export(Probe(), (x,), strict=strict).module()(x), x + 1)

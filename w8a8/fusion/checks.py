@@ -3,6 +3,7 @@ attribute compares, no tensor op), and the record their checks read:
 
 * that the plan still holds: no forward hook would run (``_hooked``), the children and plain
   attributes are the objects the plan saw (``fixed_objects``, ``_same_objects``);
+* whether torch.export is tracing the call (``_exporting``);
 * that what was computed from a tensor (``_Computed``: its codes and scales, or a merged
   GEMM's outputs) is still valid for the tensor read now: the very tensor object, its version
   counter and the CUDA stream.
@@ -30,6 +31,13 @@ def _hooked(modules) -> bool:
         if m._forward_hooks or m._forward_pre_hooks:
             return True
     return False
+
+
+def _exporting() -> bool:
+    """Whether torch.export is tracing the call: the flag ``torch.compiler.is_exporting()``
+    returns, read directly, since Dynamo in torch 2.11 folds ``is_exporting()`` to True in every
+    trace, torch.compile's too (a fused module would then compile its model's own code)."""
+    return getattr(torch.compiler, "_is_exporting_flag", False)
 
 
 def _capturing(x: torch.Tensor) -> bool:

@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 from w8a8 import ops
-from w8a8.fusion.checks import _capturing, _computed, _Computed, _hooked, _same_objects
+from w8a8.fusion.checks import _capturing, _computed, _Computed, _exporting, _hooked, _same_objects
 from w8a8.fusion.checks import fixed_objects  # noqa: F401  (importable from here, as before the move)
 from w8a8.linear import QuantizedActivation, W8A8Linear, _frozen
 
@@ -277,7 +277,7 @@ class SharedInputLinear(W8A8Linear):
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         group = self._w8a8_group
         if torch.compiler.is_compiling():  # torch.export: the layer on its own (the joins are Inductor's)
-            shared = not torch.compiler.is_exporting() and self._shares(x)
+            shared = not _exporting() and self._shares(x)
             return group.traced(self, x) if shared else W8A8Linear.forward(self, x)
         out = group.read(self, x)  # x passed the checks below when its round started
         if out is not None:
@@ -344,7 +344,7 @@ class QuantizingRMSNorm(nn.Module):
                 or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
             return self._w8a8_base.forward(self, *args, **kwargs)
         compiling = torch.compiler.is_compiling()
-        if compiling and torch.compiler.is_exporting():  # an exported program gets no graph pass to join the codes
+        if compiling and _exporting():  # an exported program gets no graph pass to join the codes
             return self._w8a8_base.forward(self, *args, **kwargs)
         codes, scales, normed = ops.rms_norm_quant(x, w, float(eps))
         if not (compiling or self._forward_hooks or _module._global_forward_hooks):
@@ -380,7 +380,7 @@ class QuantizingGatedMLP(nn.Module):
                 or (torch.is_grad_enabled() and x.requires_grad) or _hooked(self._modules.values())):
             return self._w8a8_base.forward(self, *args, **kwargs)
         if torch.compiler.is_compiling():
-            if torch.compiler.is_exporting():  # the model's own code: see QuantizingRMSNorm
+            if _exporting():  # the model's own code: see QuantizingRMSNorm
                 return self._w8a8_base.forward(self, *args, **kwargs)
             a, b = (group.traced(m, x) for m in group.members)
         else:
