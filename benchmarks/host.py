@@ -15,7 +15,8 @@ users' loops run under: there every op call also passes the autograd dispatch ke
 
 ``x_bf16_host`` = nn.Linear's host_us / this row's (above 1: cheaper than bf16) in the
 same mode and grad mode; ``x_bf16_loop`` likewise for the loop. The kernel ops alone (eager) are rows
-too, for where the time goes. The model-level wall time is the model suite's (eager,
+too, for where the time goes: the public ops, the sm90 kernel ops they route to, and aten's
+``empty`` and ``mm`` called the same way (``torch.ops``), the floor of any op call. The model-level wall time is the model suite's (eager,
 compiled and ``reduce-overhead``, each with its GPU kernel sum).
 """
 from __future__ import annotations
@@ -87,6 +88,18 @@ def _cases(m: int, n: int, k: int) -> dict[str, tuple[str, object]]:
     cases["op w8a8::quantize_per_token"] = ("eager", lambda: ops.quantize_per_token(x))
     cases["op w8a8::scaled_mm"] = ("eager", lambda: ops.scaled_mm(q, layer.weight, s, layer.weight_scale, None,
                                                                    torch.bfloat16))
+    # Where an op's host time goes: the kernel ops without the router (w8a8._C built), and what
+    # any op called through torch.ops costs (aten's empty: the call and one allocation; aten's
+    # mm: that and a cuBLAS launch).
+    if hasattr(ops, "linear_sm90"):
+        cases["op w8a8::linear_sm90"] = ("eager", lambda: ops.linear_sm90(x, layer.weight, layer.weight_scale,
+                                                                          None, None, None))
+        cases["op w8a8::quantize_per_token_sm90"] = ("eager", lambda: ops.quantize_per_token_sm90(x))
+        cases["op w8a8::scaled_mm_sm90"] = ("eager", lambda: ops.scaled_mm_sm90(q, layer.weight, s, layer.weight_scale,
+                                                                                None, torch.bfloat16))
+    aten = torch.ops.aten
+    cases["op aten::empty"] = ("eager", lambda: aten.empty.memory_format([m, n], dtype=torch.bfloat16, device=x.device))
+    cases["op aten::mm"] = ("eager", lambda: aten.mm.default(x, lin.weight.t()))
     return cases
 
 

@@ -19,7 +19,7 @@ def test_model_suite_on_cpu(tmp_path, capsys):
     assert doc["kind"] == "model" and doc["size"] == "tiny" and doc["layers"] == 2 and doc["ceilings"] == {}
     rows = doc["rows"]
     assert sorted((r["impl"], r["mode"], r["M"]) for r in rows) == sorted(
-        (impl, mode, m) for impl in ("bf16", "w8a8") for mode in ("eager", "compile", "reduce-overhead") for m in (1, 3))
+        (impl, mode, m) for impl in ("bf16", "w8a8", "w8a8-unfused") for mode in ("eager", "compile", "reduce-overhead") for m in (1, 3))
     for r in rows:
         if r["mode"] != "eager":  # not run on the CPU, and the row says so
             assert "not run on the CPU" in r["skipped"] and "us" not in r
