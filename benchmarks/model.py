@@ -16,9 +16,13 @@
 * GPU time per forward: the sum of the CUDA kernel times ``torch.profiler`` records for
   one forward; WARMUP forwards, then PROFILED forwards each profiled on its own (a
   profiler schedule of one active step per cycle); the median forward (by total) is
-  reported with its per-kernel breakdown into buckets (KERNEL_BUCKETS). Wall time: the
-  median of WALL synchronised forwards. On the CPU there are no kernels: wall time only,
-  the bucket and bound fields None.
+  reported with its per-kernel breakdown into buckets (KERNEL_BUCKETS). Wall time, eager:
+  the median of WALL_ROUNDS rounds in each of which bf16 and every variant run one
+  synchronised forward in turn, so that a drift of the host's speed during the run reaches
+  them alike; compiled: the median of WALL synchronised forwards right after the profile
+  (``torch._dynamo.reset()`` before the next model's compile drops the earlier model's
+  graphs, so compiled models cannot take turns). On the CPU there are no kernels: wall time
+  only, the bucket and bound fields None.
 * ``x_bf16`` compares GPU time (the kernel sums), ``x_bf16_wall`` the wall time a user's loop
   sees; ``host_bound`` marks a row whose wall time is more than 1.1x its GPU time.
 * the bound: every quantized projection at exactly 2x its bf16 GEMM time and
@@ -41,6 +45,7 @@ from w8a8.demo import LLAMA_SIZES
 WARMUP = 3
 PROFILED = 5
 WALL = 10
+WALL_ROUNDS = 15
 # eager; torch.compile(model) in its default mode; torch.compile(model, mode="reduce-overhead")
 # (Inductor's CUDA graphs).
 MODES = ("eager", "compile", "reduce-overhead")
@@ -97,6 +102,23 @@ def wall_us(fn, device: torch.device, iters: int = WALL) -> float:
         _sync(device)
         samples.append((time.perf_counter() - t0) * 1e6)
     return statistics.median(samples)
+
+
+def interleaved_wall_us(fns: dict, device: torch.device, rounds: int = WALL_ROUNDS) -> dict[str, float]:
+    """{name: median synchronised wall time of ``fns[name]()`` in us}, the functions called in
+    turn, one call each per round (after WARMUP calls of each)."""
+    for fn in fns.values():
+        for _ in range(WARMUP):
+            fn()
+    _sync(device)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            samples[name].append((time.perf_counter() - t0) * 1e6)
+    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def _profile_cycles(fn, device: torch.device, iters: int, activities, ready) -> None:
@@ -164,22 +186,30 @@ def breakdown(kernels: dict[str, tuple[float, int]]) -> dict:
             "quant_share": round(buckets["quant"] / gpu, 4) if gpu else None}
 
 
-def measure(model, ids, device: torch.device) -> tuple[dict, torch.Tensor]:
-    """One (model, mode, tokens) measurement: timings, buckets, and the last logits (fp32, CPU) for the check."""
+def measure(model, ids, device: torch.device, wall: bool = True) -> tuple[dict, torch.Tensor]:
+    """One (model, mode, tokens) measurement: timings, buckets, and the last logits (fp32, CPU)
+    for the check. ``wall=False``: no wall time here (``set_wall`` fills it in later)."""
     with torch.inference_mode():
         fn = lambda: model(input_ids=ids, use_cache=False).logits  # noqa: E731
         logits = fn()[0, -64:].float().cpu()
-        wall = wall_us(fn, device)
+        wall_time = wall_us(fn, device) if wall else None
         kernels = kernel_us(fn, device)
-    row = {"wall_us": round(wall, 2), "gpu_us": None, "kernels_per_forward": None, "unmatched": None,
+    row = {"gpu_us": None, "kernels_per_forward": None, "unmatched": None,
            **{f"{b}_us": None for b in BUCKETS}, **{f"{b}_launches": None for b in BUCKETS},
            "gemm_us": None, "quant_share": None}
     if kernels is not None:
         row.update(breakdown(kernels))
+    row["timing"] = "profiler kernel sum" if row["gpu_us"] is not None else "wall (no CUDA kernels)"
+    if wall_time is not None:
+        set_wall(row, wall_time)
+    return row, logits
+
+
+def set_wall(row: dict, wall: float) -> None:
+    """A row's wall time and what follows from it (``us`` where there is no GPU time, ``host_bound``)."""
+    row["wall_us"] = round(wall, 2)
     row["us"] = row["gpu_us"] if row["gpu_us"] is not None else row["wall_us"]
     row["host_bound"] = None if row["gpu_us"] is None else row["wall_us"] > 1.1 * row["gpu_us"]
-    row["timing"] = "profiler kernel sum" if row["gpu_us"] is not None else "wall (no CUDA kernels)"
-    return row, logits
 
 
 def compare(bf16: dict, w8a8: dict, w8a8_logits: torch.Tensor, bf16_logits: torch.Tensor) -> dict:
@@ -262,6 +292,7 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
     gen = torch.Generator().manual_seed(0)
     inputs = {m: torch.randint(0, config.vocab_size, (1, m), generator=gen).to(device) for m in tokens}
     results, logits = {}, {}
+    eager_models = {}  # impl -> model, for the interleaved eager wall times
 
     def run(impl, model, graph_pass):
         for mode in modes:
@@ -280,10 +311,12 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
                 if skipped:
                     results[impl, mode, m] = {**base, "skipped": skipped}
                     continue
-                row, logits[impl, mode, m] = measure(runner, inputs[m], device)
+                row, logits[impl, mode, m] = measure(runner, inputs[m], device, wall=mode != "eager")
                 results[impl, mode, m] = {**base, **row}
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
+        if "eager" in modes:
+            eager_models[impl] = model
 
     run("bf16", bf16_model, False)
     fusion = {}
@@ -299,6 +332,13 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
                         "graph_pass": dict(counters["w8a8"])}  # summed over the variant's compiled graphs
         del q_model
     _graph_pass(True)
+    with torch.inference_mode():
+        for m in tokens if eager_models else ():
+            calls = {impl: (lambda model=model, ids=inputs[m]: model(input_ids=ids, use_cache=False).logits)
+                     for impl, model in eager_models.items()}
+            for impl, wall in interleaved_wall_us(calls, device).items():
+                set_wall(results[impl, "eager", m], wall)
+    eager_models.clear()
     rows = []
     for mode in modes:
         for m in tokens:
@@ -317,7 +357,7 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
                  "compile": "torch.compile(model) (mode compile) and torch.compile(model, mode='reduce-overhead'): "
                             "dynamic=None (static first graph, then one "
                             "with a dynamic token count); dynamo reset between models",
-                 "warmup": WARMUP, "profiled_forwards": PROFILED, "wall_forwards": WALL,
+                 "warmup": WARMUP, "profiled_forwards": PROFILED, "wall_forwards": WALL, "eager_wall_rounds": WALL_ROUNDS,
                  "kernel_buckets": [list(p) for p in KERNEL_BUCKETS]}
     return rows, described
 
