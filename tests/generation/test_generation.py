@@ -14,6 +14,7 @@ pytest.importorskip("transformers")
 
 import w8a8  # noqa: E402
 from w8a8.generation import generator as generation  # noqa: E402
+from w8a8.generation import steps  # noqa: E402
 from w8a8.generation import Generator  # noqa: E402
 
 from helpers import CUDA, poison_allocator, requires_cuda  # noqa: E402
@@ -97,7 +98,7 @@ def test_packed_gqa_attention_matches_math():
     q = torch.randn(batch, heads, 1, dim)
     k, v = torch.randn(batch, kv_heads, length, dim), torch.randn(batch, kv_heads, length, dim)
     mask = torch.arange(length)[None, None, None, :] < torch.tensor([4, 11, 7])[:, None, None, None]
-    out, _ = generation._sdpa_packed_gqa(module, q, k, v, mask, scaling=0.25)
+    out, _ = steps._sdpa_packed_gqa(module, q, k, v, mask, scaling=0.25)
     kr, vr = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v))
     scores = (q @ kr.transpose(-1, -2)) * 0.25
     expected = (scores.masked_fill(~mask, float("-inf")).softmax(-1) @ vr).transpose(1, 2)
@@ -120,7 +121,7 @@ def test_rope_kernel_equals_transformers(dtype, batch, seq, cos_batch):
     gives it (q, k [B, S, H, D] memory), the outputs keeping those strides."""
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    kernels = generation.triton_generation()
+    kernels = steps.triton_generation()
     heads, kv_heads, dim = 8, 2, 32
     q = torch.randn(batch, seq, heads, dim, device=DEV).to(dtype).transpose(1, 2)
     k = torch.randn(batch, seq, kv_heads, dim, device=DEV).to(dtype).transpose(1, 2)
@@ -170,7 +171,7 @@ def test_rope_kernel_compiles_without_contraction():
 def test_cache_write_kernel(dtype, start, seq):
     """The states land at start.. in every row and head, nothing else changes, and positions
     past the cache's end (250 + 6 > 255) are not written."""
-    kernels = generation.triton_generation()
+    kernels = steps.triton_generation()
     batch, kv_heads, length, dim = 3, 2, 255, 16
     keys = torch.randn(batch, kv_heads, length, dim, device=DEV).to(dtype)
     values = torch.randn_like(keys)
@@ -201,7 +202,7 @@ def test_decode_attention_kernel_matches_math(monkeypatch, dtype, batch, heads, 
     """Against the attention written out in fp32: lengths at and around the 64-key tile and the
     whole cache, a mask with holes (row 1 misses its first 3 keys), grouped and plain heads,
     one slice per KV head or many (PROGRAMS_PER_SM raised so the CPU gets several too)."""
-    kernels = generation.triton_generation()
+    kernels = steps.triton_generation()
     cache = 320
     q = torch.randn(batch, 1, heads, dim, device=DEV).to(dtype).transpose(1, 2)
     keys = torch.randn(batch, kv_heads, cache, dim, device=DEV).to(dtype)
@@ -223,7 +224,7 @@ def test_decode_attention_kernel_matches_math(monkeypatch, dtype, batch, heads, 
 
 
 def test_kernels_reject_what_they_do_not_take():
-    kernels = generation.triton_generation()
+    kernels = steps.triton_generation()
     q = torch.randn(1, 4, 1, 16, dtype=torch.float16, device=DEV)
     keys = torch.randn(1, 2, 8, 16, dtype=torch.float16, device=DEV)
     with pytest.raises(ValueError, match=r"w8a8 decode_attention: expected q \[B, H, 1, D\].*got q torch.float32"):
@@ -255,7 +256,7 @@ def test_generator_kernels_agree_with_transformers_path(half_models, impl, monke
     the tokens are equal; and transformers' functions are back in place afterwards."""
     from transformers.models.llama import modeling_llama
 
-    kernels = generation.triton_generation()
+    kernels = steps.triton_generation()
     calls = {"rope": 0, "cache_write": 0, "decode_attention": 0}
     for name in calls:
         fn = getattr(kernels, name)
@@ -279,13 +280,13 @@ def test_fused_rope_keeps_a_function_it_does_not_match(monkeypatch):
     def other_rope(q, k, cos, sin, unsqueeze_dim=1):
         return q * cos.unsqueeze(1), k * cos.unsqueeze(1)
 
-    monkeypatch.setattr(generation, "_ACTIVE", generation._Slot(cache=None, ids=None, position=None, kernels=True))
-    fused = generation._FusedRope(other_rope)
+    monkeypatch.setattr(steps, "ACTIVE", generation._Slot(cache=None, ids=None, position=None, kernels=True))
+    fused = steps._FusedRope(other_rope)
     q, k = torch.randn(1, 4, 2, 16, device=DEV).half(), torch.randn(1, 2, 2, 16, device=DEV).half()
     cos, sin = torch.randn(1, 2, 16, device=DEV).half(), torch.randn(1, 2, 16, device=DEV).half()
     with pytest.warns(UserWarning, match="apply_rotary_pos_emb does not match the fused rotary kernel"):
         first = fused(q, k, cos, sin)
-    assert generation._FusedRope.checked[other_rope] is False
+    assert steps._FusedRope.checked[other_rope] is False
     for got in (first, fused(q, k, cos, sin)):
         assert all(torch.equal(a, b) for a, b in zip(got, other_rope(q, k, cos, sin)))
 
