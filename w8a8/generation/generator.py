@@ -46,7 +46,9 @@ Sampling (``do_sample=True``: temperature, top-k, top-p, transformers' semantics
 is the greedy one, unchanged, and the sampled token overwrites the greedy one in the id buffer
 before the next replay. Greedy calls run none of it.
 
-One prompt length per call (no padding: ``attention_mask`` is not taken); a
+Prompts of different lengths go in one call left-padded, with transformers' ``attention_mask``
+(``w8a8/generation/left_padding.py``: each row's tokens are those it gives alone; its prompt runs
+eagerly, its steps in a graph of their own). A
 row that ended (an eos id, a stop string) gets ``pad_token_id`` afterwards, as transformers'
 ``generate`` does. The models it runs: transformers decoder-only causal LMs (an output head)
 with "sdpa" or "eager" attention; the prompt and the new tokens within the model's
@@ -56,14 +58,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import os
 import sys
 
 import torch
 from torch import nn
 
-from w8a8.generation import steps
+from w8a8.generation import left_padding, steps
+from w8a8.generation.models import _cache_keyword, _check_model, _vocab_size
 from w8a8.generation.sampling import Sampler
 from w8a8.generation.steps import ATTENTION, _FusedRope, _fused_update, _register_attention
 from w8a8.generation.stops import Stops, _is_int
@@ -79,47 +81,6 @@ PREFILL_GRAPH_MAX_TOKENS = 4096
 # With eos_token_id, stop_strings or max_time (and no streamer): every this many new tokens the
 # host reads the tokens (one synchronisation) to see which rows ended and whether all did.
 STOP_CHECK = 16
-# The attention implementations the steps run: "sdpa" (swapped for ATTENTION) and transformers' "eager".
-# Others (flash, flex, paged) are refused: the steps' static cache and graph capture were never run
-# with them, and their static-cache paths are transformers' own, not this module's.
-SUPPORTED_ATTENTION = ("sdpa", "eager")
-
-
-def _cache_keyword(model: nn.Module) -> str:
-    """The keyword the model's forward takes its cache by: ``cache`` (transformers >= 5.24, the
-    supported range), ``past_key_values`` where the forward names only that (earlier 5.x, whose
-    ``cache=`` would land unread in its kwargs)."""
-    params = inspect.signature(model.forward).parameters
-    return "past_key_values" if "cache" not in params and "past_key_values" in params else "cache"
-
-
-def _check_model(model: nn.Module) -> None:
-    """Refuse, naming what is wrong, a model the steps cannot run: not a transformers decoder-only
-    causal LM with an output head, or an attention implementation not in SUPPORTED_ATTENTION."""
-    config = getattr(model, "config", None)
-    name = type(model).__name__
-    head = getattr(model, "get_output_embeddings", None)
-    if not isinstance(model, nn.Module) or config is None or not callable(head):
-        raise ValueError(f"w8a8.Generator: model must be a transformers causal LM (LlamaForCausalLM and the like), "
-                         f"got {name}, which has no config or get_output_embeddings")
-    if getattr(config, "is_encoder_decoder", False):
-        raise ValueError(f"w8a8.Generator: model must be a decoder-only causal LM, got {name} "
-                         "(config.is_encoder_decoder=True)")
-    if head() is None:
-        raise ValueError(f"w8a8.Generator: model must be a causal LM with an output head (a ...ForCausalLM), got "
-                         f"{name}, whose get_output_embeddings() is None: pass the causal LM, not its base model")
-    attention = getattr(config, "_attn_implementation", None)
-    if attention not in SUPPORTED_ATTENTION:
-        raise ValueError(f"w8a8.Generator: model.config._attn_implementation must be one of "
-                         f"{', '.join(map(repr, SUPPORTED_ATTENTION))}, got {attention!r} (load the model with "
-                         "attn_implementation=\"sdpa\", or call model.set_attn_implementation(\"sdpa\"))")
-
-
-def _vocab_size(model: nn.Module) -> int | None:
-    """The number of logits a step gives (the output head's rows), else ``config.vocab_size``."""
-    head = model.get_output_embeddings()
-    rows = getattr(head, "out_features", None) or getattr(head, "num_embeddings", None)
-    return rows if isinstance(rows, int) else getattr(model.config, "vocab_size", None)
 
 
 @dataclasses.dataclass
@@ -134,6 +95,11 @@ class _Slot:
     kernels: bool = False  # the steps run w8a8.generation.kernels's kernels (Generator's ``kernels``)
     # prefill_graphs: prompt length -> (graph, its input ids [B, P], its last logits [B, V])
     prefills: dict = dataclasses.field(default_factory=dict)
+    # A slot for left-padded batches (left_padding.py): each row's padding length [B, 1], the cache
+    # positions [1, L] and the decode step's attention mask [B, 1, 1, L], rewritten every step.
+    pads: torch.Tensor | None = None
+    key_index: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
 
 
 class Generator:
@@ -176,7 +142,7 @@ class Generator:
         if prefill_graphs and not self.cuda_graph:
             raise ValueError("w8a8.Generator: prefill_graphs=True needs cuda_graph (a model on a CUDA device)")
         self.prefill_graphs = prefill_graphs
-        self._slots: dict[tuple[int, int], _Slot] = {}
+        self._slots: dict[tuple[int, int, bool], _Slot] = {}
         self._pool = None  # one CUDA graph memory pool for every slot's graph
         # the modeling modules whose attention calls a module-level apply_rotary_pos_emb
         self._rope_modules = sorted({sys.modules[type(m).__module__] for m in model.modules()
@@ -221,14 +187,26 @@ class Generator:
     def _step(self, slot: _Slot) -> torch.Tensor:
         """One decode step on the slot's buffers: logits [B, V] of the token in ``slot.ids``; the
         greedy token goes back into ``slot.ids`` and the position advances."""
-        logits = self._greedy(slot, input_ids=slot.ids, position_ids=slot.position)
+        if slot.pads is None:
+            logits = self._greedy(slot, input_ids=slot.ids, position_ids=slot.position)
+        else:
+            logits = self._greedy(slot, input_ids=slot.ids,
+                                  **left_padding.step_inputs(slot.pads, slot.position, slot.key_index, slot.mask))
         slot.position.add_(1)
         return logits
 
-    def slot(self, batch: int, cache_len: int) -> _Slot:
-        """The slot for ``batch`` rows and a cache of at least ``cache_len`` positions (captured on first use)."""
+    def _mask_dtype(self) -> torch.dtype | None:
+        """The attention masks' dtype (left_padding.py): None (bool) for SDPA, the model's float dtype
+        for transformers' "eager" attention, which adds its mask to the scores."""
+        if self.model.config._attn_implementation != "eager":
+            return None
+        return self.model.get_input_embeddings().weight.dtype
+
+    def slot(self, batch: int, cache_len: int, padded: bool = False) -> _Slot:
+        """The slot for ``batch`` rows and a cache of at least ``cache_len`` positions (captured on
+        first use); ``padded``: for left-padded batches, with its own step and graph."""
         cache_len = -(-cache_len // CACHE_ROUND) * CACHE_ROUND
-        key = (batch, cache_len)
+        key = (batch, cache_len, padded)
         if key in self._slots:
             return self._slots[key]
         from transformers import StaticCache
@@ -236,6 +214,11 @@ class Generator:
         slot = _Slot(cache=StaticCache(config=self.model.config, max_cache_len=cache_len),
                      ids=torch.zeros(batch, 1, dtype=torch.long, device=self.device),
                      position=torch.zeros(1, 1, dtype=torch.long, device=self.device), kernels=self.kernels)
+        if padded:
+            dtype = self._mask_dtype()
+            slot.pads = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
+            slot.key_index = torch.arange(cache_len, device=self.device).unsqueeze(0)
+            slot.mask = torch.zeros(batch, 1, 1, cache_len, dtype=dtype or torch.bool, device=self.device)
         if self.kernels:
             for layer in slot.cache.layers:
                 if type(layer).__name__ == "StaticLayer":  # not the sliding-window kinds: they write elsewhere
@@ -276,19 +259,25 @@ class Generator:
 
     # --- generation ----------------------------------------------------------------------------
 
-    def _prefill_step(self, slot: _Slot, input_ids: torch.Tensor) -> torch.Tensor:
+    def _prefill_step(self, slot: _Slot, input_ids: torch.Tensor, pads: torch.Tensor | None = None) -> torch.Tensor:
         """The prompt's forward into the (reset) cache: its last logits [B, V]; the greedy token
-        and its position go into the slot's buffers."""
-        logits = self._greedy(slot, input_ids=input_ids)
+        and its position go into the slot's buffers. ``pads``: a left-padded batch's [B, 1]."""
+        if pads is None:
+            logits = self._greedy(slot, input_ids=input_ids)
+        else:
+            slot.pads.copy_(pads)
+            inputs = left_padding.prompt_inputs(pads, input_ids.shape[1], slot.key_index.shape[1], self._mask_dtype())
+            logits = self._greedy(slot, input_ids=input_ids, **inputs)
         slot.position.fill_(input_ids.shape[1])
         return logits
 
-    def prefill(self, slot: _Slot, input_ids: torch.Tensor) -> torch.Tensor:
-        """Reset the slot and run the prompt [B, P] (eagerly, or its graph with prefill_graphs);
-        returns its last logits [B, V] (with prefill_graphs: the graph's buffer)."""
-        if not self.prefill_graphs or input_ids.numel() > PREFILL_GRAPH_MAX_TOKENS:
+    def prefill(self, slot: _Slot, input_ids: torch.Tensor, pads: torch.Tensor | None = None) -> torch.Tensor:
+        """Reset the slot and run the prompt [B, P] (eagerly, or its graph with prefill_graphs;
+        a left-padded batch's, with its ``pads`` [B, 1], eagerly); returns its last logits [B, V]
+        (with prefill_graphs: the graph's buffer)."""
+        if pads is not None or not self.prefill_graphs or input_ids.numel() > PREFILL_GRAPH_MAX_TOKENS:
             slot.cache.reset()
-            return self._prefill_step(slot, input_ids)
+            return self._prefill_step(slot, input_ids, pads)
         prompt = input_ids.shape[1]
         if prompt not in slot.prefills:
             ids = torch.zeros_like(input_ids)
@@ -342,7 +331,7 @@ class Generator:
                  pad_token_id: int | None = None, output_logits: bool = False, *, stop_strings=None,
                  tokenizer=None, max_time: float | None = None, streamer=None, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                 generator: torch.Generator | None = None):
+                 generator: torch.Generator | None = None, attention_mask: torch.Tensor | None = None):
         """Greedy (or, with ``do_sample``, sampled) continuation of ``input_ids`` [B, P] (int64, on
         the model's device).
 
@@ -372,6 +361,10 @@ class Generator:
         generator : with do_sample, the ``torch.Generator`` (on the model's device) the draws
             use; the same seed gives the same tokens. None: torch's default generator.
             ``output_logits`` gives the model's logits, before temperature and filtering.
+        attention_mask : [B, P], 1 for a prompt token and 0 for padding, the padding on the left
+            (``padding_side="left"``): rows of different lengths, each continued as it would be
+            alone (``w8a8/generation/left_padding.py``); the returned rows keep their padding in front.
+            None, or no 0 in it: every row is a whole prompt.
 
         Raises ``ValueError``, naming the argument, before any work: input_ids not int64
         [B >= 1, P >= 1] on the model's device or not token ids, max_new_tokens not an int >= 1,
@@ -379,9 +372,16 @@ class Generator:
         vocabulary, stop_strings without a tokenizer, a streamer without put / end, with
         do_sample temperature not a finite number > 0, top_k not an int >= 1, top_p not in
         (0, 1] or a generator not on the model's device, without do_sample any of these four
-        given, a model the Generator does not run (its constructor's rules).
+        given, attention_mask not 0 / 1 left padding of input_ids' shape, a padded batch longer
+        than the model's sliding window, a model the Generator does not run (its constructor's rules).
         """
         self._check_request(input_ids, max_new_tokens)
+        pads = left_padding.check(attention_mask, input_ids)
+        window = getattr(self.model.config, "sliding_window", None)
+        if pads is not None and isinstance(window, int) and input_ids.shape[1] + max_new_tokens > window:
+            raise ValueError(f"w8a8.Generator.generate: a left-padded batch (attention_mask) must fit the model's "
+                             f"sliding_window ({window}) with max_new_tokens, got {input_ids.shape[1]} + "
+                             f"{max_new_tokens} positions (the padded batch's mask has no window)")
         sampler = Sampler(self.device, do_sample, temperature, top_k, top_p, generator)
         sample = sampler.sample if sampler.do_sample else None
         batch, prompt = input_ids.shape
@@ -391,9 +391,9 @@ class Generator:
         if streamer is not None:
             streamer.put(input_ids.cpu())
         try:
-            slot = self.slot(batch, prompt + max_new_tokens)
+            slot = self.slot(batch, prompt + max_new_tokens, padded=pads is not None)
             new = torch.empty(batch, max_new_tokens, dtype=torch.long, device=self.device)
-            first = self.prefill(slot, input_ids)
+            first = self.prefill(slot, input_ids, pads)
             if sample is not None:
                 slot.ids.copy_(sample(first))
             logits = [first.clone()] if output_logits else None
