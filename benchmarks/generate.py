@@ -27,6 +27,11 @@
     generate compiles the decode step, mode "reduce-overhead"), the same timing as eager,
     after one warm-up call of the same shapes (the compile). Not in the default recipes
     (minutes of compiles per shape); its failure, if any, is recorded in the row. N tokens.
+  - ``mixed-sampled``: ``w8a8.Generator(model).generate`` as a server batch calls it: prompts of
+    P down to about P/2 tokens (row i: P - i P / 2B) left-padded with ``attention_mask``,
+    sampled (SAMPLING, a seeded generator), the same timing as eager (median of REPEATS calls of
+    1 and of N tokens; decode per token from their difference), after one warm-up call (the
+    captures). Not in the default recipes.
 * tokens/s = B / decode time per token. ``token_match``: the fraction of W8A8's new tokens
   equal to bf16's at the same position (random weights: ties and near-ties are common, so
   this is a sanity figure, not an accuracy one).
@@ -43,7 +48,7 @@ import torch
 from benchmarks.model import _sync
 
 REPEATS = 3
-RECIPES = ("graph", "graph-plain", "eager", "hf-compile")
+RECIPES = ("graph", "graph-plain", "eager", "hf-compile", "mixed-sampled")
 DEFAULT_RECIPES = ("graph", "eager")
 PROMPTS = (128, 2048)
 BATCHES = (1, 16, 64)
@@ -51,6 +56,7 @@ NEW_TOKENS = 128
 # eager decode is bound by Python (about 0.1 s a token at 32 layers on the H100's host): fewer tokens time it
 EAGER_NEW_TOKENS = 16
 LAYERS = 32
+SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 50, "top_p": 0.9}  # the mixed-sampled recipe's
 
 
 def _wall(fn, device) -> float:
@@ -104,6 +110,33 @@ def graph_point(model, ids: torch.Tensor, new_tokens: int, device, kernels: bool
     return row, tokens[:, prompt:]
 
 
+def mixed_point(model, ids: torch.Tensor, new_tokens: int, device) -> tuple[dict, torch.Tensor]:
+    """The ``mixed-sampled`` recipe at one point: generate's wall time on a left-padded batch, sampled."""
+    from w8a8.generation import Generator
+
+    batch, prompt = ids.shape
+    lengths = [prompt - i * prompt // (2 * batch) for i in range(batch)]
+    mask = (torch.arange(prompt).unsqueeze(0) >= prompt - torch.tensor(lengths).unsqueeze(1)).long().to(device)
+    ids = ids * mask  # padding: id 0
+    gen = Generator(model)
+    run = lambda n: gen.generate(ids, n, attention_mask=mask, generator=torch.Generator(device).manual_seed(0),  # noqa: E731
+                                 **SAMPLING)
+    t0 = time.perf_counter()
+    run(new_tokens)
+    _sync(device)
+    capture_s = time.perf_counter() - t0
+    with torch.inference_mode():
+        one = statistics.median(_wall(lambda: run(1), device) for _ in range(REPEATS))
+        out = {}
+        total = statistics.median(_wall(lambda: out.__setitem__("tokens", run(new_tokens)), device)
+                                  for _ in range(REPEATS))
+    gen.release()
+    decode_ms = (total - one) / (new_tokens - 1)
+    return {"prefill_ms": round(one, 3), "decode_ms": round(decode_ms, 4), "lengths": lengths,
+            "tokens_per_s": round(batch / decode_ms * 1e3, 1), "capture_s": round(capture_s, 2)}, \
+        out["tokens"][:, prompt:]
+
+
 def hf_point(model, ids: torch.Tensor, new_tokens: int, device, compiled: bool) -> tuple[dict, torch.Tensor | None]:
     """The ``eager`` / ``hf-compile`` recipe at one point (model.generate)."""
     extra = {"cache_implementation": "static"} if compiled else {}
@@ -153,7 +186,9 @@ def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, s
                 tokens = {}
                 for impl, model in models.items():
                     base = {"impl": impl, "recipe": recipe, "prompt": prompt, "batch": batch, "new_tokens": new_tokens}
-                    if recipe.startswith("graph"):
+                    if recipe == "mixed-sampled":
+                        row, tokens[impl] = mixed_point(model, ids, new_tokens, device)
+                    elif recipe.startswith("graph"):
                         row, tokens[impl] = graph_point(model, ids, new_tokens, device,
                                                         kernels=False if recipe == "graph-plain" else None)
                     else:

@@ -50,6 +50,16 @@ def test_generate_suite_on_cpu(tmp_path, capsys):
     assert "| prompt | batch | recipe | impl | prefill ms |" in capsys.readouterr().out
 
 
+def test_generate_mixed_sampled_recipe_on_cpu(tmp_path):
+    """The mixed-sampled recipe: left-padded prompts of P down to about P/2 tokens, sampled."""
+    pytest.importorskip("transformers")
+    assert benchmarks_main(["--device", "cpu", "--suites", "generate", "--recipes", "mixed-sampled",
+                            "--batches", "3", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "generate_cpu.json").read_text())["rows"]
+    assert [(r["recipe"], r["impl"]) for r in rows] == [("mixed-sampled", "bf16"), ("mixed-sampled", "w8a8")]
+    assert all(r["lengths"] == [8, 7, 6] and r["prefill_ms"] > 0 and "tokens_per_s" in r for r in rows)
+
+
 @pytest.mark.parametrize("suite", ["quant", "host", "split_k", "sm80"])
 def test_gpu_suites_refuse_the_cpu(suite):
     with pytest.raises(SystemExit, match=r"needs (a CUDA GPU|the sm[89]0 backend)"):
