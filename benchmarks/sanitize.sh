@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compute-sanitizer over w8a8's kernels (issue 11, point 1): the CUTLASS sm90 (and sm80, where
+# compute-sanitizer over w8a8's kernels: the CUTLASS sm90 (and sm80, where
 # built) GEMMs, the CUDA quantizers, W8A8Linear's single op and the Triton kernels, on the cases
 # of benchmarks/sanitize_cases.py.
 #

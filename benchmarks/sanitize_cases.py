@@ -1,4 +1,4 @@
-"""The cases compute-sanitizer runs (issue 11, point 1): every kernel of w8a8 on a small,
+"""The cases compute-sanitizer runs: every kernel of w8a8 on a small,
 representative set of inputs, each result checked against the exact reference.
 
     python benchmarks/sanitize_cases.py [--set full|small] [--only REGEX] [--list] [--dry-run]

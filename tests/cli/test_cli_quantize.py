@@ -90,7 +90,7 @@ def test_subprocess_same_folder_keeps_the_float_model(tmp_path):
 def test_output_inside_the_source_is_refused_on_every_run(tmp_path, capsys, st):
     _, src = st
     before = sorted(os.listdir(src))
-    for _ in range(2):  # a second run used to nest int8/int8/
+    for _ in range(2):  # a second run refuses the same way (it does not nest int8/int8/)
         assert main(["quantize", src, os.path.join(src, "int8")]) == 2
         err = capsys.readouterr().err
         assert f"the output folder {os.path.join(src, 'int8')} is inside the source folder {src}" in err, err

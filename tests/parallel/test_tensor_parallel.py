@@ -261,7 +261,7 @@ def test_sharded_load_refusals(tmp_path, one_rank_group):
         w8a8.load_quantized(fresh, ckpt, tp_plan={"mlp.nope": Rowwise()})
     with pytest.raises(w8a8.CheckpointError, match=r"gate_up_proj: Colwise output_sizes \[96, 95\] must add up"):
         w8a8.load_quantized(fresh, ckpt, tp_plan={"gate_up_proj": Colwise(output_sizes=(96, 95))})
-    # Found at review: a bad reduce mode used to pass the checks and fail mid-swap.
+    # A bad reduce mode is refused by the checks, before any layer is swapped.
     with pytest.raises(w8a8.CheckpointError, match=r"o_proj: Rowwise reduce must be one of .* got 'bf16'"):
         w8a8.load_quantized(fresh, ckpt, tp_plan={"down_proj": Rowwise(), "o_proj": Rowwise(reduce="bf16")})
     assert all(type(m) is nn.Linear for m in (fresh.gate_up_proj, fresh.down_proj, fresh.q_proj, fresh.o_proj))

@@ -1,4 +1,4 @@
-"""Concurrency (issue 11, point 6): two threads making the first calls together.
+"""Concurrency: two threads making the first calls together.
 
 What is initialised lazily, on first use: importing w8a8 (loads w8a8._C and registers the
 ops; Python's import lock makes that once), the kernel choice (dispatch._best, an

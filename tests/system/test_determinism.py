@@ -1,4 +1,4 @@
-"""Determinism (issue 11, point 4): identical inputs give bitwise-identical outputs.
+"""Determinism: identical inputs give bitwise-identical outputs.
 
 * Every backend available here, 100 runs of scaled_mm, quantize_per_token and
   quantize_static (and W8A8Linear) on the same inputs: every output equals the first,
