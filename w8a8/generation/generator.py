@@ -30,8 +30,8 @@ How, per (batch, cache length) "slot":
 Without a GPU (or with ``cuda_graph=False``) the same step runs eagerly: same cache, same
 kernels, the reference the graph is tested against.
 
-Attention (``steps.py``): while it runs, the model's "sdpa" attention is swapped for ATTENTION, which is
-transformers' SDPA path except for one-token queries. With the kernels (``kernels``, on by
+Attention (``steps.py``): while it runs, the model's "sdpa" attention is swapped for
+ATTENTION, which is transformers' SDPA path except for one-token queries. With the kernels (``kernels``, on by
 default on a GPU) those run ``w8a8.generation.kernels.decode_attention`` over the filled
 part of the slot's cache (the layer's ``cumulative_length``, read on the device); without,
 SDPA with the queries of each KV head as rows of one head ([B, H, 1, D] as [B, H_kv,
@@ -46,12 +46,12 @@ Sampling (``do_sample=True``: temperature, top-k, top-p, transformers' semantics
 is the greedy one, unchanged, and the sampled token overwrites the greedy one in the id buffer
 before the next replay. Greedy calls run none of it.
 
-Prompts of different lengths go in one call left-padded, with transformers' ``attention_mask``
-(``w8a8/generation/left_padding.py``: each row's tokens are those it gives alone; its prompt runs
-eagerly, its steps in a graph of their own). A
-row that ended (an eos id, a stop string) gets ``pad_token_id`` afterwards, as transformers'
-``generate`` does. The models it runs: transformers decoder-only causal LMs (an output head)
-with "sdpa" or "eager" attention; the prompt and the new tokens within the model's
+Prompts of different lengths go in one call left-padded, with transformers'
+``attention_mask`` (``left_padding.py``: each row's tokens are those it gives alone; the
+prompt runs eagerly, the steps in a graph of their own). A row that ended (an eos id, a
+stop string) gets ``pad_token_id`` afterwards, as transformers' ``generate`` does. The
+models it runs: transformers decoder-only causal LMs (an output head) with "sdpa" or
+"eager" attention; the prompt and the new tokens within the model's
 ``max_position_embeddings``. Everything ``generate`` refuses, it refuses before any work.
 """
 from __future__ import annotations
