@@ -57,7 +57,7 @@ def test_tokens_equal_transformers_generate(models, impl):
         assert torch.equal(gen.generate(ids, new), expected), (batch, prompt)
         assert model.config._attn_implementation == "sdpa"
     # cache lengths round up to CACHE_ROUND: 5 + 12, 40 + 9 and 7 + 12 share a slot per batch size
-    assert sorted(gen._slots) == [(1, 256), (3, 256), (3, 512)]
+    assert sorted(gen._slots) == [(1, 256, False), (3, 256, False), (3, 512, False)]
 
 
 def test_output_logits_and_eager_step(models):
@@ -344,7 +344,7 @@ def test_graph_slots_change_batch_and_prompt_without_stale_outputs():
         ids = torch.randint(0, config.vocab_size, (batch, prompt), device="cuda", generator=g)
         expected = Generator(model, cuda_graph=False).generate(ids, 24)
         assert torch.equal(gen.generate(ids, 24), expected), (batch, prompt)
-    assert sorted(gen._slots) == [(1, 256), (1, 512), (3, 256)] and len(captures) == 3
+    assert sorted(gen._slots) == [(1, 256, False), (1, 512, False), (3, 256, False)] and len(captures) == 3
 
 
 @requires_cuda
@@ -367,4 +367,4 @@ def test_prefill_graphs_replay_and_agree_with_eager_prefill():
             eager = gen._prefill_step(slot, ids).float()
             scale = eager.abs().amax(-1, keepdim=True)
             assert ((graph.float() - eager).abs() <= scale * 2 ** -4).all(), (batch, prompt)
-    assert sorted(gen._slots[2, 256].prefills) == [33, 100]
+    assert sorted(gen._slots[2, 256, False].prefills) == [33, 100]
