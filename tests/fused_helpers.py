@@ -27,7 +27,7 @@ EPS = 1e-6
 
 # normed and the SiLU product against the reference, by dtype: (max ulp, the fraction of
 # elements allowed to differ at all, the fraction of one row for normed; with 2 elements of
-# slack for small tensors). The mean's summation order, torch.rsqrt and exp are not the
+# slack for small tensors, ROW_SLACK for a row). The mean's summation order, torch.rsqrt and exp are not the
 # kernels' (fused_quant.py): for 16-bit dtypes that moves a rare element of the first
 # rounding (n, a) by one ulp, which the second (weight * n, a * up) can widen to two; in fp32
 # nothing rounds the fp32 difference away (measured in the interpreter: <= 4 ulp). A row's
@@ -35,6 +35,10 @@ EPS = 1e-6
 # once: in the interpreter, one row in 360 of 3 x 4096 bf16 rows (x + residual) had 17
 # elements one or two ulp off (0.4%), the others none. So normed is bounded row by row.
 FUSED_TOL = {torch.bfloat16: (2, 0.001, 0.01), torch.float16: (2, 0.001, 0.01), torch.float32: (8, 1.0, 1.0)}
+# A row whose 1 / rms moved flips each element's rounding with a small chance (0.4% above), so
+# the count in a short row is a draw: 3 of 129 bf16 elements came once. 8 leaves a draw past it
+# at about 1e-5 per row; a wrong norm (eps, weight, the sum) moves nearly every element.
+ROW_SLACK = 8
 
 
 # --- the SiLU of the kernel before its rewrite (frozen: its expression, operation for operation) -----
@@ -143,7 +147,7 @@ def assert_near_reference(out: torch.Tensor, ref: torch.Tensor, what: str, by_ro
     differs = ulp_distance(out.masked_fill(out.isnan(), 0), ref.masked_fill(ref.isnan(), 0)) > 0
     if by_row:
         per_row = differs.reshape(-1, out.shape[-1]).sum(1)
-        allowed = max(2, row_fraction * out.shape[-1])
+        allowed = max(ROW_SLACK, row_fraction * out.shape[-1])
         assert int(per_row.max()) <= allowed, (
             f"{what}: {int(per_row.max())} of a row's {out.shape[-1]} elements differ (at most {allowed:g})")
         return
