@@ -7,7 +7,8 @@
 #   build         pip install -e . (the nvidia-cutlass headers from a carried .whl/); fails on ptxas C7510
 #   pack          the built .so files as $OUT/ext.tar.xz (bring back, put in .out/, carry .out)
 #   unpack        reuse .out/ext.tar.xz instead of building (the repository on PYTHONPATH)
-#   test          the whole suite; test-<folder or file under tests/>: that part (WORKERS=8 xdist workers)
+#   test          the whole suite; test-<folder or file under tests/>[,<another>...]: those parts, in one
+#                 pytest run (WORKERS=8 xdist workers)
 #   product       python -m benchmarks --suites product (the product grid) into $OUT/results
 #   bench-<suite> one suite of python -m benchmarks into $OUT/results
 set -uo pipefail
@@ -40,9 +41,10 @@ for step in "$@"; do
       tar -xJf .out/ext.tar.xz && python3 -m w8a8 info | tail -1 ;;
     test)
       python3 -m pytest -q -p no:cacheprovider $XDIST tests 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
-    test-*)
-      log="$OUT/tests-$(echo "${step#test-}" | tr '/' '_').log"
-      python3 -m pytest -q -p no:cacheprovider $XDIST "tests/${step#test-}" 2>&1 | tee "$log" | tail -25 ;;
+    test-*)  # test-<path>[,<path>...]: one pytest run (one set of xdist workers) over them
+      log="$OUT/tests-$(echo "${step#test-}" | tr '/,' '_+').log"
+      paths=$(echo "${step#test-}" | tr ',' '\n' | sed 's#^#tests/#')
+      python3 -m pytest -q -p no:cacheprovider $XDIST $paths 2>&1 | tee "$log" | tail -25 ;;
     product)
       python3 -m benchmarks --suites product --out "$OUT/results" 2>&1 | grep -v "it/s\]" | tail -40 ;;
     bench-*)
