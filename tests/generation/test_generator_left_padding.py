@@ -179,3 +179,61 @@ def test_masks_of_a_padded_prompt_and_step():
     low = torch.finfo(torch.float16).min
     assert step["attention_mask"] is mask and step["position_ids"].tolist() == [[1], [3]]
     assert mask[:, 0, 0].tolist() == [[low, low, 0, 0, low], [0, 0, 0, 0, low]]
+
+
+def test_a_padded_prompt_graph_reads_the_slot_pads(models, monkeypatch):
+    """prefill_graphs' logic on the CPU, a graph standing in for the capture (its replay reruns
+    the captured function): the prompt's graph, made for one batch's padding, serves another
+    batch of the same shape through the slot's pads buffer, and both give their eager tokens."""
+    class Replay:
+        def __init__(self, step):
+            self.replay = step
+
+    model = models["w8a8"]
+    gen = Generator(model)
+    gen.prefill_graphs = True
+    monkeypatch.setattr(gen, "_graphed", lambda slot, step: (Replay(step), step()))
+    eager = Generator(model)
+    for lengths in ((3, 9, 5), (9, 2, 6)):
+        ids, mask, _ = _batch(lengths)
+        assert torch.equal(gen.generate(ids, NEW, attention_mask=mask), eager.generate(ids, NEW, attention_mask=mask))
+    (slot,) = gen._slots.values()
+    assert list(slot.prefills) == [9]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CUDA graphs)")
+def test_padded_batches_in_cuda_graphs():
+    """On a GPU: a padded batch's decode graph (its mask rewritten in place every replay) gives
+    the eager steps' tokens and logits bit for bit; with prefill_graphs its prompt graph (reading
+    the slot's pads) agrees with the eager prompt within rounding (as an unpadded prompt's graph
+    does), and each row's first logits agree with the row's run alone within rounding (another
+    batch shape: other GEMM and attention kernels). Two padded calls reuse one slot."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=64, num_hidden_layers=2)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval().to(torch.bfloat16).cuda()
+    w8a8.quantize_model(model, skip=("lm_head",), progress=False)
+    eager = Generator(model, cuda_graph=False)
+
+    def near(a, b):
+        a, b = a.float(), b.float()
+        return bool(((a - b).abs() <= b.abs().amax(-1, keepdim=True) * 2 ** -4).all())
+
+    for prefill_graphs in (False, True):
+        gen = Generator(model, prefill_graphs=prefill_graphs)
+        for lengths in ((3, 9, 5), (2, 9, 9)):
+            ids, mask, rows = _batch(lengths)
+            ids, mask = ids.cuda(), mask.cuda()
+            out, logits = gen.generate(ids, NEW, attention_mask=mask, output_logits=True)
+            want, want_logits = eager.generate(ids, NEW, attention_mask=mask, output_logits=True)
+            if prefill_graphs:
+                assert near(logits[:, 0], want_logits[:, 0]), lengths
+            else:
+                assert torch.equal(out, want) and torch.equal(logits, want_logits), lengths
+            for i, row in enumerate(rows):
+                _, alone = eager.generate(row[None].cuda(), 1, output_logits=True)
+                assert near(want_logits[i, 0], alone[0, 0]), (lengths, i)
+        assert sorted(gen._slots) == [(3, 256, True)]

@@ -47,8 +47,8 @@ is the greedy one, unchanged, and the sampled token overwrites the greedy one in
 before the next replay. Greedy calls run none of it.
 
 Prompts of different lengths go in one call left-padded, with transformers'
-``attention_mask`` (``left_padding.py``: each row's tokens are those it gives alone; the
-prompt runs eagerly, the steps in a graph of their own). A row that ended (an eos id, a
+``attention_mask`` (``left_padding.py``: each row's tokens are those it gives alone; a padded
+batch has a slot, and so graphs, of its own). A row that ended (an eos id, a
 stop string) gets ``pad_token_id`` afterwards, as transformers' ``generate`` does. The
 models it runs: transformers decoder-only causal LMs (an output head) with "sdpa" or
 "eager" attention; the prompt and the new tokens within the model's
@@ -261,30 +261,34 @@ class Generator:
 
     def _prefill_step(self, slot: _Slot, input_ids: torch.Tensor, pads: torch.Tensor | None = None) -> torch.Tensor:
         """The prompt's forward into the (reset) cache: its last logits [B, V]; the greedy token
-        and its position go into the slot's buffers. ``pads``: a left-padded batch's [B, 1]."""
+        and its position go into the slot's buffers. ``pads``: a left-padded batch's [B, 1] (a
+        prompt's graph reads the slot's own ``pads`` buffer)."""
         if pads is None:
             logits = self._greedy(slot, input_ids=input_ids)
         else:
-            slot.pads.copy_(pads)
+            if pads is not slot.pads:
+                slot.pads.copy_(pads)
             inputs = left_padding.prompt_inputs(pads, input_ids.shape[1], slot.key_index.shape[1], self._mask_dtype())
             logits = self._greedy(slot, input_ids=input_ids, **inputs)
         slot.position.fill_(input_ids.shape[1])
         return logits
 
     def prefill(self, slot: _Slot, input_ids: torch.Tensor, pads: torch.Tensor | None = None) -> torch.Tensor:
-        """Reset the slot and run the prompt [B, P] (eagerly, or its graph with prefill_graphs;
-        a left-padded batch's, with its ``pads`` [B, 1], eagerly); returns its last logits [B, V]
-        (with prefill_graphs: the graph's buffer)."""
-        if pads is not None or not self.prefill_graphs or input_ids.numel() > PREFILL_GRAPH_MAX_TOKENS:
+        """Reset the slot and run the prompt [B, P] (eagerly, or its graph with prefill_graphs; a
+        left-padded batch with its ``pads`` [B, 1], in a padded slot); returns its last logits
+        [B, V] (with prefill_graphs: the graph's buffer)."""
+        if not self.prefill_graphs or input_ids.numel() > PREFILL_GRAPH_MAX_TOKENS:
             slot.cache.reset()
             return self._prefill_step(slot, input_ids, pads)
         prompt = input_ids.shape[1]
         if prompt not in slot.prefills:
             ids = torch.zeros_like(input_ids)
-            slot.prefills[prompt] = (*self._graphed(slot, lambda: self._prefill_step(slot, ids)), ids)
+            slot.prefills[prompt] = (*self._graphed(slot, lambda: self._prefill_step(slot, ids, slot.pads)), ids)
         graph, logits, ids = slot.prefills[prompt]
         slot.cache.reset()
         ids.copy_(input_ids)
+        if pads is not None:
+            slot.pads.copy_(pads)
         graph.replay()
         return logits
 
