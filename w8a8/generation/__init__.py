@@ -2,7 +2,7 @@
 what it requires of a model (``models.py``); what its steps swap into the model (attention,
 rotary embedding, cache write: ``steps.py``) and the Triton kernels those run (``kernels.py``);
 its stop rules and streaming, checked on the host (``stops.py``); sampling (``sampling.py``);
-left-padded batches (``left_padding.py``)."""
+left-padded batches (``left_padding.py``); transformers' GenerationConfig (``config.py``)."""
 from w8a8.generation.generator import Generator
 
 __all__ = ["Generator"]

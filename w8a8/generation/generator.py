@@ -58,12 +58,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 import sys
 
 import torch
 from torch import nn
 
+from w8a8.generation import config as gen_config
 from w8a8.generation import left_padding, steps
 from w8a8.generation.models import _cache_keyword, _check_model, _vocab_size
 from w8a8.generation.sampling import Sampler
@@ -331,11 +333,13 @@ class Generator:
                                  f"model's embedding rows), got ids from {low} to {high}")
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | list[int] | None = None,
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int | None = None,
+                 eos_token_id: int | list[int] | None = None,
                  pad_token_id: int | None = None, output_logits: bool = False, *, stop_strings=None,
                  tokenizer=None, max_time: float | None = None, streamer=None, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                 generator: torch.Generator | None = None, attention_mask: torch.Tensor | None = None):
+                 generator: torch.Generator | None = None, attention_mask: torch.Tensor | None = None,
+                 generation_config=None):
         """Greedy (or, with ``do_sample``, sampled) continuation of ``input_ids`` [B, P] (int64, on
         the model's device).
 
@@ -369,6 +373,9 @@ class Generator:
             (``padding_side="left"``): rows of different lengths, each continued as it would be
             alone (``w8a8/generation/left_padding.py``); the returned rows keep their padding in front.
             None, or no 0 in it: every row is a whole prompt.
+        generation_config : a transformers ``GenerationConfig`` (``model.generation_config``): its
+            fields fill the arguments above that the call leaves at their defaults
+            (``w8a8/generation/config.py``); one of beam search, penalties or other filters is refused.
 
         Raises ``ValueError``, naming the argument, before any work: input_ids not int64
         [B >= 1, P >= 1] on the model's device or not token ids, max_new_tokens not an int >= 1,
@@ -376,9 +383,20 @@ class Generator:
         vocabulary, stop_strings without a tokenizer, a streamer without put / end, with
         do_sample temperature not a finite number > 0, top_k not an int >= 1, top_p not in
         (0, 1] or a generator not on the model's device, without do_sample any of these four
-        given, attention_mask not 0 / 1 left padding of input_ids' shape, a padded batch longer
+        given, attention_mask not 0 / 1 left padding of input_ids' shape, a generation_config
+        field generate does not do, a padded batch longer
         than the model's sliding window, a model the Generator does not run (its constructor's rules).
         """
+        if generation_config is not None:
+            given = {"max_new_tokens": max_new_tokens, "eos_token_id": eos_token_id, "pad_token_id": pad_token_id,
+                     "stop_strings": stop_strings, "max_time": max_time, "do_sample": do_sample,
+                     "temperature": temperature, "top_k": top_k, "top_p": top_p}
+            defaults = {name: p.default for name, p in inspect.signature(Generator.generate).parameters.items()}
+            prompt = input_ids.shape[-1] if torch.is_tensor(input_ids) else 0
+            args = gen_config.arguments(generation_config, given, defaults, prompt)
+            max_new_tokens, eos_token_id, pad_token_id = args["max_new_tokens"], args["eos_token_id"], args["pad_token_id"]
+            stop_strings, max_time, do_sample = args["stop_strings"], args["max_time"], args["do_sample"]
+            temperature, top_k, top_p = args["temperature"], args["top_k"], args["top_p"]
         self._check_request(input_ids, max_new_tokens)
         pads = left_padding.check(attention_mask, input_ids)
         window = getattr(self.model.config, "sliding_window", None)
