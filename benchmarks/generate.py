@@ -110,6 +110,21 @@ def graph_point(model, ids: torch.Tensor, new_tokens: int, device, kernels: bool
     return row, tokens[:, prompt:]
 
 
+def _one_and_n(run, new_tokens: int, device) -> tuple[dict, torch.Tensor]:
+    """generate's timing (eager, hf-compile, mixed-sampled): the medians over REPEATS of the wall
+    time of ``run(1)`` (prefill) and ``run(new_tokens)``, decode per token from their difference
+    (medians: one such difference went negative on a loaded 2-core CPU); and the last tokens."""
+    with torch.inference_mode():
+        one = statistics.median(_wall(lambda: run(1), device) for _ in range(REPEATS))
+        out = {}
+        total = statistics.median(_wall(lambda: out.__setitem__("tokens", run(new_tokens)), device)
+                                  for _ in range(REPEATS))
+    decode_ms = (total - one) / (new_tokens - 1)
+    tokens = out["tokens"]
+    return {"prefill_ms": round(one, 3), "decode_ms": round(decode_ms, 4),
+            "tokens_per_s": round(tokens.shape[0] / decode_ms * 1e3, 1)}, tokens
+
+
 def mixed_point(model, ids: torch.Tensor, new_tokens: int, device) -> tuple[dict, torch.Tensor]:
     """The ``mixed-sampled`` recipe at one point: generate's wall time on a left-padded batch, sampled."""
     from w8a8.generation import Generator
@@ -125,16 +140,9 @@ def mixed_point(model, ids: torch.Tensor, new_tokens: int, device) -> tuple[dict
     run(new_tokens)
     _sync(device)
     capture_s = time.perf_counter() - t0
-    with torch.inference_mode():
-        one = statistics.median(_wall(lambda: run(1), device) for _ in range(REPEATS))
-        out = {}
-        total = statistics.median(_wall(lambda: out.__setitem__("tokens", run(new_tokens)), device)
-                                  for _ in range(REPEATS))
+    row, tokens = _one_and_n(run, new_tokens, device)
     gen.release()
-    decode_ms = (total - one) / (new_tokens - 1)
-    return {"prefill_ms": round(one, 3), "decode_ms": round(decode_ms, 4), "lengths": lengths,
-            "tokens_per_s": round(batch / decode_ms * 1e3, 1), "capture_s": round(capture_s, 2)}, \
-        out["tokens"][:, prompt:]
+    return {**row, "lengths": lengths, "capture_s": round(capture_s, 2)}, tokens[:, prompt:]
 
 
 def hf_point(model, ids: torch.Tensor, new_tokens: int, device, compiled: bool) -> tuple[dict, torch.Tensor | None]:
@@ -146,18 +154,11 @@ def hf_point(model, ids: torch.Tensor, new_tokens: int, device, compiled: bool) 
     try:
         with torch.inference_mode():
             run(new_tokens if compiled else 2)  # warm-up (compiled: the compile, at these shapes)
-            # Medians of REPEATS: one wall time each went negative in the difference below on
-            # a loaded 2-core CPU.
-            one = statistics.median(_wall(lambda: run(1), device) for _ in range(REPEATS))
-            out = {}
-            total = statistics.median(_wall(lambda: out.__setitem__("tokens", run(new_tokens)), device)
-                                      for _ in range(REPEATS))
+        row, tokens = _one_and_n(run, new_tokens, device)
     except Exception as exc:  # noqa: BLE001 - the row records why the recipe failed
         last = [line for line in traceback.format_exc().splitlines() if line.strip().startswith("File")][-1:]
         return {"failed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}", "where": last}, None
-    decode_ms = (total - one) / (new_tokens - 1)
-    return {"prefill_ms": round(one, 3), "decode_ms": round(decode_ms, 4), "timed_new_tokens": new_tokens,
-            "tokens_per_s": round(ids.shape[0] / decode_ms * 1e3, 1)}, out["tokens"][:, ids.shape[1]:]
+    return {**row, "timed_new_tokens": new_tokens}, tokens[:, ids.shape[1]:]
 
 
 def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, size: str | None = None,

@@ -92,16 +92,7 @@ def _sync(device: torch.device) -> None:
 
 def wall_us(fn, device: torch.device, iters: int = WALL) -> float:
     """Median synchronised wall time of ``fn()`` in us (after WARMUP calls)."""
-    for _ in range(WARMUP):
-        fn()
-    _sync(device)
-    samples = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        samples.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(samples)
+    return interleaved_wall_us({"fn": fn}, device, iters)["fn"]
 
 
 def interleaved_wall_us(fns: dict, device: torch.device, rounds: int = WALL_ROUNDS) -> dict[str, float]:
