@@ -11,6 +11,8 @@ filters: REFUSED) set to anything but its off value is refused, naming it.
 """
 from __future__ import annotations
 
+from w8a8.generation.stops import _error
+
 # generate's arguments a GenerationConfig field of the same name fills
 TAKEN = ("max_new_tokens", "eos_token_id", "pad_token_id", "stop_strings", "max_time", "do_sample")
 SAMPLING = ("temperature", "top_k", "top_p")  # read only when do_sample
@@ -31,12 +33,12 @@ def arguments(config, given: dict, defaults: dict, prompt: int) -> dict:
     ``config``; raises ValueError for a REFUSED field that is on, or no positive token count."""
     prefix = "w8a8.Generator.generate: generation_config"
     if not all(hasattr(config, name) for name in TAKEN):
-        raise ValueError(f"{prefix} must be a transformers GenerationConfig, got {type(config).__name__}")
+        raise _error("generation_config", "be a transformers GenerationConfig", type(config).__name__)
     for name, off in REFUSED.items():
         value = getattr(config, name, None)
         if value is not None and value != off and not (off is None and value in ((), [])):
-            raise ValueError(f"{prefix}.{name} must be {off!r}: generate does greedy and multinomial sampling "
-                             f"only (no beams, penalties or other filters), got {value!r}")
+            raise _error(f"generation_config.{name}", f"be {off!r}: generate does greedy and multinomial sampling "
+                         "only (no beams, penalties or other filters)", repr(value))
     out = dict(given)
     names = TAKEN + (SAMPLING if (given["do_sample"] if given["do_sample"] != defaults["do_sample"]
                                   else config.do_sample) else ())

@@ -70,7 +70,7 @@ from w8a8.generation import left_padding, steps
 from w8a8.generation.models import _cache_keyword, _check_model, _vocab_size
 from w8a8.generation.sampling import Sampler
 from w8a8.generation.steps import ATTENTION, _FusedRope, _fused_update, _register_attention
-from w8a8.generation.stops import Stops, _is_int
+from w8a8.generation.stops import Stops, _error, _is_int
 
 # Cache lengths are rounded up to a multiple of this, so prompts of other lengths reuse a slot
 # (its graph and cache) instead of capturing again. The step reads the whole static cache
@@ -401,9 +401,9 @@ class Generator:
         pads = left_padding.check(attention_mask, input_ids)
         window = getattr(self.model.config, "sliding_window", None)
         if pads is not None and isinstance(window, int) and input_ids.shape[1] + max_new_tokens > window:
-            raise ValueError(f"w8a8.Generator.generate: a left-padded batch (attention_mask) must fit the model's "
-                             f"sliding_window ({window}) with max_new_tokens, got {input_ids.shape[1]} + "
-                             f"{max_new_tokens} positions (the padded batch's mask has no window)")
+            raise _error("a left-padded batch (attention_mask)", f"fit the model's sliding_window ({window}) with "
+                         f"max_new_tokens", f"{input_ids.shape[1]} + {max_new_tokens} positions (the padded "
+                         "batch's mask has no window)")
         sampler = Sampler(self.device, do_sample, temperature, top_k, top_p, generator)
         sample = sampler.sample if sampler.do_sample else None
         batch, prompt = input_ids.shape

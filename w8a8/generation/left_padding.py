@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from w8a8.generation.stops import _error
+
 
 def check(attention_mask, input_ids: torch.Tensor) -> torch.Tensor | None:
     """``pad_b`` [B, 1] (int64, on input_ids' device) of a left-padded ``attention_mask``, or None
@@ -29,17 +31,16 @@ def check(attention_mask, input_ids: torch.Tensor) -> torch.Tensor | None:
     padding (a 0 after a 1, or no token at all). One read of the mask on the host."""
     if attention_mask is None:
         return None
-    prefix = "w8a8.Generator.generate: attention_mask must be"
     if not torch.is_tensor(attention_mask):
-        raise ValueError(f"{prefix} a tensor [batch, prompt] like input_ids, got {type(attention_mask).__name__}")
+        raise _error("attention_mask", "be a tensor [batch, prompt] like input_ids", type(attention_mask).__name__)
     if attention_mask.shape != input_ids.shape or attention_mask.device != input_ids.device:
-        raise ValueError(f"{prefix} [batch, prompt] = {list(input_ids.shape)} on {input_ids.device} like input_ids, "
-                         f"got {list(attention_mask.shape)} on {attention_mask.device}")
+        raise _error("attention_mask", f"be [batch, prompt] = {list(input_ids.shape)} on {input_ids.device} like "
+                     "input_ids", f"{list(attention_mask.shape)} on {attention_mask.device}")
     if attention_mask.dtype.is_floating_point or attention_mask.dtype.is_complex:
-        raise ValueError(f"{prefix} bool or integer (1: a prompt token, 0: padding), got {attention_mask.dtype}")
+        raise _error("attention_mask", "be bool or integer (1: a prompt token, 0: padding)", attention_mask.dtype)
     values = attention_mask.to(device="cpu", dtype=torch.long)
     if not bool(((values == 0) | (values == 1)).all()):
-        raise ValueError(f"{prefix} 0 (padding) or 1 (a prompt token), got values {sorted(set(values.unique().tolist()))}")
+        raise _error("attention_mask", "be 0 (padding) or 1 (a prompt token)", f"values {values.unique().tolist()}")
     rows = values.shape[1]
     pads = rows - values.sum(dim=1)
     # left padding: row b is pad_b zeros, then ones
@@ -47,7 +48,7 @@ def check(attention_mask, input_ids: torch.Tensor) -> torch.Tensor | None:
     bad = (values.bool() != expected).any(dim=1) | (pads == rows)
     if bool(bad.any()):
         row = int(bad.nonzero()[0])
-        raise ValueError(f"{prefix} left padding (each row's zeros before its first 1, and at least one 1): row {row} "
+        raise ValueError(f"w8a8.Generator.generate: attention_mask must be left padding (each row's zeros before its first 1, and at least one 1): row {row} "
                          f"is {values[row].tolist()}; pad on the left (a tokenizer's padding_side='left')")
     if not bool(pads.any()):
         return None
