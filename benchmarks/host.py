@@ -14,10 +14,11 @@ users' loops run under: there every op call also passes the autograd dispatch ke
 * ``gpu_us``: the GPU time per call, the same call captured in a CUDA graph (replays).
 
 ``x_bf16_host`` = nn.Linear's host_us / this row's (above 1: cheaper than bf16) in the
-same mode and grad mode; ``x_bf16_loop`` likewise for the loop. The kernel ops alone (eager) are rows
-too, for where the time goes: the public ops, the sm90 kernel ops they route to, and aten's
-``empty`` and ``mm`` called the same way (``torch.ops``), the floor of any op call. The model-level wall time is the model suite's (eager,
-compiled and ``reduce-overhead``, each with its GPU kernel sum).
+same mode and grad mode; ``x_bf16_loop`` likewise for the loop. The kernel ops alone (eager)
+are rows too, for where the time goes: the public ops, the sm90 kernel ops they route to, and
+aten's ``empty`` and ``mm`` called the same way (``torch.ops``), the floor of any op call. The
+model-level wall time is the model suite's (eager, compiled and ``reduce-overhead``, each with
+its GPU kernel sum).
 """
 from __future__ import annotations
 
