@@ -42,7 +42,7 @@ for step in "$@"; do
     test)
       python3 -m pytest -q -p no:cacheprovider $XDIST tests 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
     test-*)  # test-<path>[,<path>...]: one pytest run (one set of xdist workers) over them
-      log="$OUT/tests-$(echo "${step#test-}" | tr '/,' '_+').log"
+      log="$OUT/tests-$(echo "${step#test-}" | tr '/,' '_-').log"
       paths=$(echo "${step#test-}" | tr ',' '\n' | sed 's#^#tests/#')
       python3 -m pytest -q -p no:cacheprovider $XDIST $paths 2>&1 | tee "$log" | tail -25 ;;
     product)

@@ -8,7 +8,8 @@ users' loops run under: there every op call also passes the autograd dispatch ke
 
 * ``host_us``: the host's time per call, nothing else: CALLS calls issued back to back
   behind a GPU sleep longer than the loop (the GPU never drains the queue, so the host
-  alone sets the pace), median of REPEATS loops;
+  alone sets the pace), median of REPEATS rounds, each of which samples every row's call in
+  turn (the host's speed drifts during a run: interleaved, the drift reaches them alike);
 * ``loop_us``: what a user's loop sees: CALLS calls and one synchronisation, per call
   (the larger of host and GPU time, where they overlap);
 * ``gpu_us``: the GPU time per call, the same call captured in a CUDA graph (replays).
@@ -38,33 +39,40 @@ MODES = ("eager", "compile")
 GRAD_MODES = {"inference_mode": torch.inference_mode, "no_grad": torch.no_grad}
 
 
-def host_us_per_call(fn) -> float:
-    """Median over REPEATS of the host's time per call, the GPU kept busy (no sync inside)."""
-    for _ in range(3):
+def host_sample_us(fn) -> float:
+    """The host's time per call over CALLS calls issued back to back behind a GPU sleep longer
+    than the loop (no sync inside: the GPU never drains the queue, so the host alone sets the pace)."""
+    torch.cuda.synchronize()
+    torch.cuda._sleep(100_000_000)  # ~60 ms of GPU time: longer than the loop below
+    t0 = time.perf_counter()
+    for _ in range(CALLS):
         fn()
-    samples = []
-    for _ in range(REPEATS):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(100_000_000)  # ~60 ms of GPU time: longer than the loop below
-        t0 = time.perf_counter()
-        for _ in range(CALLS):
-            fn()
-        samples.append((time.perf_counter() - t0) / CALLS * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
+    us = (time.perf_counter() - t0) / CALLS * 1e6
+    torch.cuda.synchronize()
+    return us
 
 
-def loop_us_per_call(fn) -> float:
-    """Median over REPEATS of CALLS calls and one synchronisation, per call."""
-    samples = []
-    for _ in range(REPEATS):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(CALLS):
+def loop_sample_us(fn) -> float:
+    """CALLS calls and one synchronisation, per call."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(CALLS):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / CALLS * 1e6
+
+
+def interleaved_us(fns: dict, sample) -> dict[str, float]:
+    """{name: median over REPEATS rounds of ``sample(fns[name])``}: each round samples every
+    function in turn, so that the host's speed, which drifts during a run, reaches them alike."""
+    for fn in fns.values():
+        for _ in range(3):
             fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) / CALLS * 1e6)
-    return statistics.median(samples)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(REPEATS):
+        for name, fn in fns.items():
+            samples[name].append(sample(fn))
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def _cases(m: int, n: int, k: int) -> dict[str, tuple[str, object]]:
@@ -108,12 +116,14 @@ def bench_shape(m: int, n: int, k: int) -> list[dict]:
     rows = []
     for grad, context in GRAD_MODES.items():
         with context():
-            for name, (mode, fn) in _cases(m, n, k).items():
-                host, loop = host_us_per_call(fn), loop_us_per_call(fn)
+            cases = _cases(m, n, k)
+            fns = {name: fn for name, (_, fn) in cases.items()}
+            host, loop = interleaved_us(fns, host_sample_us), interleaved_us(fns, loop_sample_us)
+            for name, (mode, fn) in cases.items():
                 gpu = harness.time_graph([fn], replays=20).us
                 rows.append({"impl": name, "mode": mode, "grad": grad, "M": m, "N": n, "K": k,
-                             "host_us": round(host, 2), "loop_us": round(loop, 2), "gpu_us": round(gpu, 2),
-                             "us": round(loop, 2)})
+                             "host_us": round(host[name], 2), "loop_us": round(loop[name], 2),
+                             "gpu_us": round(gpu, 2), "us": round(loop[name], 2)})
     for r in rows:
         base = next((b for b in rows if b["impl"] == f"nn.Linear {r['mode']}" and b["grad"] == r["grad"]), None)
         if base is not None and r["impl"].startswith(("nn.Linear", "W8A8Linear")):

@@ -259,6 +259,41 @@ void max_dynamic_smem_once(int device, int bytes) {
   done.fetch_or(bit, std::memory_order_release);
 }
 
+// cutlass::device_kernel<Kernel>(params) on `stream`, as GemmUniversalAdapter::run launches it,
+// without its per-launch cudaFuncSetAttribute (NonPortableClusterSizeAllowed, which a cluster
+// of at most 8 CTAs does not need): the cluster shape, and `programmatic` as a programmatic
+// dependent of the kernel before it. A failed launch throws std::runtime_error.
+template <class Kernel>
+void launch_gemm(const typename Kernel::Params& params, dim3 grid, cudaStream_t stream, bool programmatic) {
+  using ClusterShape = typename Kernel::DispatchPolicy::ClusterShape;
+  constexpr unsigned kClusterM = cute::size<0>(ClusterShape{}), kClusterN = cute::size<1>(ClusterShape{});
+  static_assert(kClusterM * kClusterN <= 8 && cute::size<2>(ClusterShape{}) == 1, "a portable cluster size");
+  cudaLaunchAttribute attributes[2] = {};
+  unsigned count = 0;
+  if constexpr (kClusterM * kClusterN > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count++].val.clusterDim = {kClusterM, kClusterN, 1};
+  }
+  if (programmatic) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = Kernel::get_block_shape();
+  config.dynamicSmemBytes = Kernel::SharedStorageSize;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = count;
+  void* args[] = {const_cast<typename Kernel::Params*>(&params)};
+  const cudaError_t error =
+      cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>), args);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();  // reported here: not left for the next call to find
+    throw std::runtime_error(std::string("CUTLASS launch failed: ") + cudaGetErrorString(error));
+  }
+}
+
 template <class Config, class ElementOut>
 void ScaledMmSm90Launcher<Config, ElementOut>::run(const ScaledMmSm90Params& params,
                                                    const SchedulerOptions& options, void* workspace,
@@ -279,7 +314,7 @@ void ScaledMmSm90Launcher<Config, ElementOut>::run(const ScaledMmSm90Params& par
   // A programmatic dependent of the kernel before it (scaled_mm_sm90_mainloop.cuh), except
   // where the stream-K scheduler splits K (its workspace reset by a kernel above).
   const bool programmatic = !G::kStreamK || options.decomposition == Decomposition::kDataParallel;
-  detail::throw_if_failed(G::Gemm::run(kernel_params, stream, nullptr, programmatic), "launch");
+  launch_gemm<Kernel>(kernel_params, G::Gemm::get_grid_shape(kernel_params), stream, programmatic);
 }
 
 }  // namespace w8a8::sm90

@@ -33,12 +33,13 @@ inline at::Tensor scaled_mm_empty_k(const at::Tensor& a_scale, const at::Tensor&
   return out.to(out_dtype);
 }
 
-// Allocates out [M, N] and points p at the tensors (p.m, p.n, p.k already set,
-// the operands checked).
+// Points p at the tensors (p.m, p.n, p.k already set, the operands checked) and at out
+// [M, N] in out_dtype: `out` where given (contiguous), else allocated here.
 inline at::Tensor bind_problem(ScaledMmProblem& p, const at::Tensor& a, const at::Tensor& b,
                                const at::Tensor& a_scale, const at::Tensor& b_scale,
-                               const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype) {
-  at::Tensor out = at::empty({p.m, p.n}, a.options().dtype(out_dtype));
+                               const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                               at::Tensor out = {}) {
+  if (!out.defined()) out = at::empty({p.m, p.n}, a.options().dtype(out_dtype));
   p.a = a.data_ptr<int8_t>();
   p.b = b.data_ptr<int8_t>();
   p.out = out.data_ptr();
@@ -117,7 +118,8 @@ int sm90_config_id(const char* op, c10::string_view config);
 
 // The same in two steps, for a caller that launches a kernel of its own between them
 // and needs to know what the GEMM runs (w8a8::linear's quantizer): the plan binds the
-// operands (read only when run) and allocates the output.
+// operands (read only when run) and allocates the output (or takes `out`, [M, N] contiguous
+// in out_dtype, where given).
 struct Sm90Call {
   ScaledMmSm90Params params;
   ScaledMmSm90Plan plan;
@@ -126,7 +128,7 @@ struct Sm90Call {
 Sm90Call plan_scaled_mm_sm90_checked(const char* op, ScaledMmSm90Params params, const at::Tensor& a,
                                       const at::Tensor& b, const at::Tensor& a_scale, const at::Tensor& b_scale,
                                       const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
-                                      const DeviceInfo& info);
+                                      const DeviceInfo& info, at::Tensor out = {});
 at::Tensor run_scaled_mm_sm90_checked(const char* op, const Sm90Call& call);
 
 // x as [rows, K] with unit stride along K and a row pitch the quantizers take (a view

@@ -21,6 +21,7 @@
 // It checks the rules of validate.linear once, then the kernels' limits, and
 // runs the quantizer and the GEMM on the checked operands.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -38,6 +39,9 @@ namespace w8a8 {
 namespace {
 
 constexpr const char* kOp = "linear";
+// Up to this many tokens the output shares the codes' allocation (host time); above, the codes
+// are freed once the GEMM has read them instead of living as long as the output.
+constexpr int64_t kOneBufferMaxTokens = 256;
 
 at::Tensor linear_sm90_op(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
                           const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& input_scale,
@@ -81,15 +85,21 @@ at::Tensor linear_sm90_after_checks(const at::Tensor& x, const at::Tensor& weigh
   const at::Tensor rows = quantizer_rows(x, k);
   // The codes and (dynamic) the per-token scales in one allocation: [padded, K] int8, then
   // [padded] fp32 at a 16-byte aligned offset. The quantizer writes the first m rows; the pad
-  // rows reach only output rows dropped below.
-  const int64_t scale_offset = (padded * k + 15) / 16 * 16;
-  const at::Tensor scratch =
-      at::empty({input_scale.has_value() ? padded * k : scale_offset + 4 * padded}, x.options().dtype(at::kByte));
-  const at::Tensor q_padded = scratch.narrow(0, 0, padded * k).view(at::kChar).view({padded, k});
+  // rows reach only output rows dropped below. Up to kOneBufferMaxTokens tokens the output
+  // ([padded, N] in x's dtype) comes first in the same allocation: one allocation fewer on the
+  // calls whose host time matters, and the output's storage holds those codes while it lives.
+  const bool one_buffer = m <= kOneBufferMaxTokens;
+  const int64_t out_bytes = one_buffer ? (padded * n * static_cast<int64_t>(x.element_size()) + 15) / 16 * 16 : 0;
+  const int64_t scale_offset = out_bytes + (padded * k + 15) / 16 * 16;
+  const at::Tensor buffer = at::empty({input_scale.has_value() ? out_bytes + padded * k : scale_offset + 4 * padded},
+                                      x.options().dtype(at::kByte));
+  at::Tensor out_padded;
+  if (one_buffer) out_padded = buffer.narrow(0, 0, padded * n * x.element_size()).view(x.scalar_type()).view({padded, n});
+  const at::Tensor q_padded = buffer.narrow(0, out_bytes, padded * k).view(at::kChar).view({padded, k});
   at::Tensor q = q_padded.narrow(0, 0, m);
   const at::Tensor a_scale_padded =
       input_scale.has_value() ? *input_scale
-                              : scratch.narrow(0, scale_offset, 4 * padded).view(at::kFloat).view({padded, 1});
+                              : buffer.narrow(0, scale_offset, 4 * padded).view(at::kFloat).view({padded, 1});
   ScaledMmSm90Params params;  // no split request
   params.m = padded;
   params.n = n;
@@ -98,7 +108,7 @@ at::Tensor linear_sm90_after_checks(const at::Tensor& x, const at::Tensor& weigh
   params.weights_ready = true;  // the kernel before the GEMM is the quantizer below
   // Planned before the quantizer runs (nothing is read yet), which then knows what follows it.
   const Sm90Call gemm = plan_scaled_mm_sm90_checked(kOp, params, q_padded, weight, a_scale_padded, weight_scale, bias,
-                                                    x.scalar_type(), info);
+                                                    x.scalar_type(), info, std::move(out_padded));
   if (input_scale.has_value()) {
     quantize_static_checked(kOp, rows, q, *input_scale, input_zero_point, gemm.plan.cutlass);
   } else {

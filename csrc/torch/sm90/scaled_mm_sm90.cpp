@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -199,8 +200,8 @@ at::Tensor scaled_mm_sm90_after_checks(const at::Tensor& a, const at::Tensor& b,
 Sm90Call plan_scaled_mm_sm90_checked(const char* op, ScaledMmSm90Params params, const at::Tensor& a,
                                       const at::Tensor& b, const at::Tensor& a_scale, const at::Tensor& b_scale,
                                       const c10::optional<at::Tensor>& bias, at::ScalarType out_dtype,
-                                      const DeviceInfo& info) {
-  at::Tensor out = bind_problem(params, a, b, a_scale, b_scale, bias, out_dtype);
+                                      const DeviceInfo& info, at::Tensor out) {
+  out = bind_problem(params, a, b, a_scale, b_scale, bias, out_dtype, std::move(out));
   params.device_id = a.device().index();
   params.sm_count = info.sm_count;
   const ScaledMmSm90Plan plan =
