@@ -54,7 +54,7 @@ def test_given_arguments_win_over_the_config(models):
 def test_what_generate_does_not_do_is_refused(models):
     gen, ids = Generator(models["float"]), _ids()
     prefix = r"w8a8\.Generator\.generate: generation_config"
-    for field, value in (("num_beams", 2), ("repetition_penalty", 1.2), ("min_p", 0.1), ("no_repeat_ngram_size", 2),
+    for field, value in (("num_beams", 2), ("encoder_repetition_penalty", 1.2), ("min_p", 0.1), ("no_repeat_ngram_size", 2),
                          ("num_return_sequences", 2), ("min_new_tokens", 3)):
         config = GenerationConfig(max_new_tokens=4, do_sample=True, **{field: value})  # sampling: a valid config
         with pytest.raises(ValueError, match=rf"{prefix}\.{field} must be .*got {value}"):

@@ -178,7 +178,7 @@ def test_greedy_calls_never_reach_the_sampler(models, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the sampler ran in a greedy call")
 
-    monkeypatch.setattr(Sampler, "sample", refuse)
+    monkeypatch.setattr(Sampler, "next_tokens", refuse)
     monkeypatch.setattr(Sampler, "warp", refuse)
     monkeypatch.setattr(torch, "multinomial", refuse)
     state = torch.get_rng_state()

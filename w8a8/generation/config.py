@@ -6,20 +6,21 @@ the arguments the call leaves at their defaults; an argument the call gives wins
 transformers, and a field the config leaves unset (None) leaves the argument's default. With
 ``max_new_tokens`` unset in both: the config's ``max_length`` minus the prompt, as transformers
 counts it; with neither set, a ValueError. The sampling fields are read only with
-``do_sample``. A field of something generate does not do (beam search, penalties, other
-filters: REFUSED) set to anything but its off value is refused, naming it.
+``do_sample``. A field of something generate does not do (beam search, the other penalties,
+other filters: REFUSED) set to anything but its off value is refused, naming it.
 """
 from __future__ import annotations
 
 from w8a8.generation.stops import _error
 
 # generate's arguments a GenerationConfig field of the same name fills
-TAKEN = ("max_new_tokens", "eos_token_id", "pad_token_id", "stop_strings", "max_time", "do_sample")
+TAKEN = ("max_new_tokens", "eos_token_id", "pad_token_id", "stop_strings", "max_time", "do_sample",
+         "repetition_penalty")
 SAMPLING = ("temperature", "top_k", "top_p")  # read only when do_sample
 # field -> its off value (None, transformers' unset, is off too): what generate does not do
 REFUSED = {
     "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "diversity_penalty": 0.0,
-    "penalty_alpha": None, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
+    "penalty_alpha": None, "encoder_repetition_penalty": 1.0,
     "no_repeat_ngram_size": 0, "bad_words_ids": None, "sequence_bias": None, "min_length": 0,
     "min_new_tokens": None, "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
     "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
@@ -38,7 +39,7 @@ def arguments(config, given: dict, defaults: dict, prompt: int) -> dict:
         value = getattr(config, name, None)
         if value is not None and value != off and not (off is None and value in ((), [])):
             raise _error(f"generation_config.{name}", f"be {off!r}: generate does greedy and multinomial sampling "
-                         "only (no beams, penalties or other filters)", repr(value))
+                         "with a repetition penalty only (no beams, other penalties or other filters)", repr(value))
     out = dict(given)
     names = TAKEN + (SAMPLING if (given["do_sample"] if given["do_sample"] != defaults["do_sample"]
                                   else config.do_sample) else ())

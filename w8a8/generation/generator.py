@@ -338,8 +338,8 @@ class Generator:
                  pad_token_id: int | None = None, output_logits: bool = False, *, stop_strings=None,
                  tokenizer=None, max_time: float | None = None, streamer=None, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                 generator: torch.Generator | None = None, attention_mask: torch.Tensor | None = None,
-                 generation_config=None):
+                 generator: torch.Generator | None = None, repetition_penalty: float = 1.0,
+                 attention_mask: torch.Tensor | None = None, generation_config=None):
         """Greedy (or, with ``do_sample``, sampled) continuation of ``input_ids`` [B, P] (int64, on
         the model's device).
 
@@ -369,6 +369,10 @@ class Generator:
         generator : with do_sample, the ``torch.Generator`` (on the model's device) the draws
             use; the same seed gives the same tokens. None: torch's default generator.
             ``output_logits`` gives the model's logits, before temperature and filtering.
+        repetition_penalty : greedy or sampled, the logit of every token already in the row
+            (prompt and new tokens, not its left padding) is divided by it where positive and
+            multiplied by it where negative before the token is picked, as transformers'
+            ``repetition_penalty`` (1.0, the default: none; above 1: repeats less likely).
         attention_mask : [B, P], 1 for a prompt token and 0 for padding, the padding on the left
             (``padding_side="left"``): rows of different lengths, each continued as it would be
             alone (``w8a8/generation/left_padding.py``); the returned rows keep their padding in front.
@@ -381,6 +385,7 @@ class Generator:
         [B >= 1, P >= 1] on the model's device or not token ids, max_new_tokens not an int >= 1,
         P + max_new_tokens past the model's ``max_position_embeddings``, eos ids outside the
         vocabulary, stop_strings without a tokenizer, a streamer without put / end, with
+        repetition_penalty not a finite number > 0, with
         do_sample temperature not a finite number > 0, top_k not an int >= 1, top_p not in
         (0, 1] or a generator not on the model's device, without do_sample any of these four
         given, attention_mask not 0 / 1 left padding of input_ids' shape, a generation_config
@@ -390,13 +395,15 @@ class Generator:
         if generation_config is not None:
             given = {"max_new_tokens": max_new_tokens, "eos_token_id": eos_token_id, "pad_token_id": pad_token_id,
                      "stop_strings": stop_strings, "max_time": max_time, "do_sample": do_sample,
-                     "temperature": temperature, "top_k": top_k, "top_p": top_p}
+                     "temperature": temperature, "top_k": top_k, "top_p": top_p,
+                     "repetition_penalty": repetition_penalty}
             defaults = {name: p.default for name, p in inspect.signature(Generator.generate).parameters.items()}
             prompt = input_ids.shape[-1] if torch.is_tensor(input_ids) else 0
             args = gen_config.arguments(generation_config, given, defaults, prompt)
             max_new_tokens, eos_token_id, pad_token_id = args["max_new_tokens"], args["eos_token_id"], args["pad_token_id"]
             stop_strings, max_time, do_sample = args["stop_strings"], args["max_time"], args["do_sample"]
             temperature, top_k, top_p = args["temperature"], args["top_k"], args["top_p"]
+            repetition_penalty = args["repetition_penalty"]
         self._check_request(input_ids, max_new_tokens)
         pads = left_padding.check(attention_mask, input_ids)
         window = getattr(self.model.config, "sliding_window", None)
@@ -404,8 +411,7 @@ class Generator:
             raise _error("a left-padded batch (attention_mask)", f"fit the model's sliding_window ({window}) with "
                          f"max_new_tokens", f"{input_ids.shape[1]} + {max_new_tokens} positions (the padded "
                          "batch's mask has no window)")
-        sampler = Sampler(self.device, do_sample, temperature, top_k, top_p, generator)
-        sample = sampler.sample if sampler.do_sample else None
+        sampler = Sampler(self.device, do_sample, temperature, top_k, top_p, generator, repetition_penalty)
         batch, prompt = input_ids.shape
         max_new_tokens = int(max_new_tokens)
         stops = Stops(batch, _vocab_size(self.model), STOP_CHECK, eos_token_id, pad_token_id, stop_strings, tokenizer,
@@ -416,8 +422,8 @@ class Generator:
             slot = self.slot(batch, prompt + max_new_tokens, padded=pads is not None)
             new = torch.empty(batch, max_new_tokens, dtype=torch.long, device=self.device)
             first = self.prefill(slot, input_ids, pads)
-            if sample is not None:
-                slot.ids.copy_(sample(first))
+            if sampler.active:
+                slot.ids.copy_(sampler.next_tokens(first, input_ids, pads))
             logits = [first.clone()] if output_logits else None
             new[:, 0] = slot.ids[:, 0]
             done = 1
@@ -425,8 +431,9 @@ class Generator:
                 if stops.every and i % stops.every == 0 and stops.check(new[:, stops.checked:i].cpu()):
                     break
                 step_logits = self.decode(slot)
-                if sample is not None:
-                    slot.ids.copy_(sample(step_logits))
+                if sampler.active:
+                    seen = torch.cat([input_ids, new[:, :i]], dim=1) if sampler.penalty != 1.0 else None
+                    slot.ids.copy_(sampler.next_tokens(step_logits, seen, pads))
                 if output_logits:
                     logits.append(step_logits.clone())
                 new[:, i] = slot.ids[:, 0]

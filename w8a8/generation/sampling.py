@@ -1,7 +1,14 @@
-"""Sampling for ``w8a8.Generator.generate(do_sample=True)``: transformers' multinomial sampling.
+"""How ``w8a8.Generator.generate`` picks a token where the decode graph's argmax is not the answer:
+transformers' repetition penalty and multinomial sampling.
 
 Per new token, from the step's last logits [B, V] (cast to float32, as transformers' generate
 does), in transformers' order:
+
+* ``repetition_penalty``: the logit of every token already in the row (prompt and new tokens,
+  left padding excluded) divided by it where positive and multiplied by it where negative
+  (RepetitionPenaltyLogitsProcessor; 1.0: skipped); greedy or sampled;
+
+then, greedy, the argmax; with ``do_sample``:
 
 * ``temperature``: the logits divided by it (TemperatureLogitsWarper; 1.0: skipped);
 * ``top_k``: logits below the k-th largest set to -inf, so ties with it are kept
@@ -15,8 +22,9 @@ then one ``torch.multinomial`` draw from their softmax, with ``generator`` (a
 
 All of it runs on the logits' device, eagerly, and reads nothing on the host. On a GPU the
 Generator replays its decode graph unchanged (the graph writes its greedy token into the
-slot's id buffer) and then overwrites that buffer with the sampled token (``Generator.generate``);
-the draws are not in the graph, so the generator's state needs no registering with it.
+slot's id buffer) and then overwrites that buffer with the token picked here (``Generator.generate``);
+the draws are not in the graph, so the generator's state needs no registering with it. A
+greedy call without a penalty never comes here.
 """
 from __future__ import annotations
 
@@ -29,17 +37,24 @@ from w8a8.generation.stops import _error, _is_int
 
 
 class Sampler:
-    """The sampling arguments of one ``generate`` call, checked; ``warp(logits)`` gives the
-    filtered logits, ``sample(logits)`` one token per row [B, 1].
+    """The token-picking arguments of one ``generate`` call, checked; ``active`` whether a token
+    is picked here at all, ``warp(logits)`` the filtered logits, ``next_tokens(logits, seen,
+    ignored)`` one token per row [B, 1].
 
-    Raises ``ValueError`` (naming the argument) for: do_sample not a bool; with do_sample,
-    temperature not a finite number > 0, top_k not an int >= 1, top_p not a number in (0, 1],
-    a generator that is not a ``torch.Generator`` on ``device``; without do_sample, any of
-    them given (temperature other than 1.0, the others not None).
+    Raises ``ValueError`` (naming the argument) for: do_sample not a bool; repetition_penalty
+    not a finite number > 0; with do_sample, temperature not a finite number > 0, top_k not an
+    int >= 1, top_p not a number in (0, 1], a generator that is not a ``torch.Generator`` on
+    ``device``; without do_sample, any of these four given (temperature other than 1.0, the
+    others not None).
     """
 
     def __init__(self, device: torch.device, do_sample=False, temperature=1.0, top_k=None, top_p=None,
-                 generator=None) -> None:
+                 generator=None, repetition_penalty=1.0) -> None:
+        if not isinstance(repetition_penalty, numbers.Real) or isinstance(repetition_penalty, bool) \
+                or not math.isfinite(repetition_penalty) or not repetition_penalty > 0:
+            raise _error("repetition_penalty", "be a finite number > 0 (1.0: no penalty)",
+                         f"{type(repetition_penalty).__name__} {repetition_penalty!r}")
+        self.penalty = float(repetition_penalty)
         if not isinstance(do_sample, bool):
             raise _error("do_sample", "be a bool", f"{type(do_sample).__name__} {do_sample!r}")
         if not do_sample:
@@ -69,6 +84,7 @@ class Sampler:
                   None if top_p is None else float(top_p), generator)
 
     def _set(self, do_sample, temperature, top_k, top_p, generator) -> None:
+        self.active = do_sample or self.penalty != 1.0
         self.do_sample = do_sample
         self.temperature = temperature
         self.top_k = top_k
@@ -90,9 +106,34 @@ class Sampler:
             scores = scores.masked_fill(remove.scatter(1, order, remove), -math.inf)
         return scores
 
-    def sample(self, logits: torch.Tensor) -> torch.Tensor:
-        """One token per row [B, 1] (int64), drawn from the softmax of ``warp(logits)``."""
-        return torch.multinomial(self.warp(logits).softmax(dim=-1), num_samples=1, generator=self.generator)
+    def next_tokens(self, logits: torch.Tensor, seen: torch.Tensor | None = None,
+                    ignored: torch.Tensor | None = None) -> torch.Tensor:
+        """One token per row [B, 1] (int64) from the logits [B, V]: with a penalty, the logits of
+        ``seen`` [B, L] (the row's tokens so far; the first ``ignored`` [B, 1] of each row, its
+        left padding, excluded) penalized first; then the argmax, or with do_sample a draw from
+        the softmax of ``warp``."""
+        scores = logits.float()
+        if self.penalty != 1.0:
+            scores = penalize(scores, seen, self.penalty, ignored)
+        if not self.do_sample:
+            return scores.argmax(dim=-1, keepdim=True)
+        return torch.multinomial(self.warp(scores).softmax(dim=-1), num_samples=1, generator=self.generator)
+
+
+def penalize(scores: torch.Tensor, seen: torch.Tensor, penalty: float, ignored: torch.Tensor | None = None):
+    """transformers' RepetitionPenaltyLogitsProcessor on float32 ``scores`` [B, V]: the score of
+    each token id in ``seen`` [B, L] divided by ``penalty`` where positive, multiplied where
+    negative (once per id, however often it occurs); ids at positions below ``ignored`` [B, 1]
+    and ids >= V (an embedding larger than the output) left out."""
+    vocab = scores.shape[-1]
+    ids = seen.clamp(max=vocab)  # column V: a spare one that absorbs what is left out, dropped below
+    if ignored is not None:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        ids = ids.masked_fill(positions < ignored, vocab)
+    spare = torch.nn.functional.pad(scores, (0, 1))
+    score = spare.gather(1, ids)
+    score = torch.where(score < 0, score * penalty, score / penalty)
+    return spare.scatter(1, ids, score)[..., :vocab]
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
