@@ -19,7 +19,7 @@
   reported with its per-kernel breakdown into buckets (KERNEL_BUCKETS). Wall time, eager:
   the median of WALL_ROUNDS rounds in each of which bf16 and every variant run one
   synchronised forward in turn, so that a drift of the host's speed during the run reaches
-  them alike; compiled: the median of WALL synchronised forwards right after the profile
+  them alike, all of it before any model is compiled; compiled: the median of WALL synchronised forwards right after the profile
   (``torch._dynamo.reset()`` before the next model's compile drops the earlier model's
   graphs, so compiled models cannot take turns). On the CPU there are no kernels: wall time
   only, the bucket and bound fields None.
@@ -283,10 +283,9 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
     gen = torch.Generator().manual_seed(0)
     inputs = {m: torch.randint(0, config.vocab_size, (1, m), generator=gen).to(device) for m in tokens}
     results, logits = {}, {}
-    eager_models = {}  # impl -> model, for the interleaved eager wall times
 
-    def run(impl, model, graph_pass):
-        for mode in modes:
+    def run(impl, model, graph_pass, run_modes):
+        for mode in run_modes:
             skipped = None
             if mode != "eager" and device.type != "cuda":
                 skipped = "torch.compile not run on the CPU (slow C++ builds)"
@@ -306,30 +305,35 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
                 results[impl, mode, m] = {**base, **row}
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-        if "eager" in modes:
-            eager_models[impl] = model
 
-    run("bf16", bf16_model, False)
+    # Every model eager first, their wall times interleaved, before anything is compiled (an eager
+    # user's process compiles nothing); then each model's compiled modes.
+    models = {"bf16": (bf16_model, False)}
     fusion = {}
     for impl in variants:
         keywords, graph_pass = VARIANTS[impl]
-        q_model = copy.deepcopy(bf16_model)
-        report = w8a8.quantize_model(q_model, skip=("lm_head",), progress=False, **keywords)
-        from torch._dynamo.utils import counters
-
-        counters["w8a8"].clear()
-        run(impl, q_model, graph_pass)
-        fusion[impl] = {"eager": None if report.fusion is None else report.fusion.summary(),
-                        "graph_pass": dict(counters["w8a8"])}  # summed over the variant's compiled graphs
-        del q_model
-    _graph_pass(True)
+        models[impl] = (copy.deepcopy(bf16_model), graph_pass)
+        report = w8a8.quantize_model(models[impl][0], skip=("lm_head",), progress=False, **keywords)
+        fusion[impl] = {"eager": None if report.fusion is None else report.fusion.summary()}
+    eager = "eager" in modes
+    for impl, (model, graph_pass) in models.items():
+        run(impl, model, graph_pass, ("eager",) if eager else ())
     with torch.inference_mode():
-        for m in tokens if eager_models else ():
+        for m in tokens if eager else ():
             calls = {impl: (lambda model=model, ids=inputs[m]: model(input_ids=ids, use_cache=False).logits)
-                     for impl, model in eager_models.items()}
+                     for impl, (model, _) in models.items()}
             for impl, wall in interleaved_wall_us(calls, device).items():
                 set_wall(results[impl, "eager", m], wall)
-    eager_models.clear()
+    from torch._dynamo.utils import counters
+
+    compiled = tuple(mode for mode in modes if mode != "eager")
+    for impl, (model, graph_pass) in models.items():
+        counters["w8a8"].clear()
+        run(impl, model, graph_pass, compiled)
+        if impl in fusion:
+            fusion[impl]["graph_pass"] = dict(counters["w8a8"])  # summed over the variant's compiled graphs
+    _graph_pass(True)
+    models.clear()
     rows = []
     for mode in modes:
         for m in tokens:
