@@ -163,7 +163,8 @@ if __name__ == "__main__":  # setuptools runs this file as __main__; benchmarks/
         install_requires=["torch>=2.4", "safetensors", "tqdm"],
         extras_require={
             # 5.24: the first transformers whose models take cache= (w8a8.Generator); 6: the next major.
-            # CI runs the suite on the newest in range and the transformers tests again on 5.24 (.ci/run).
+            # CI runs the suite on the newest in range, and the transformers and generation tests
+            # again on 5.24 (.ci/run).
             "hf": ["transformers>=5.24,<6"],
             # triton: without a GPU the tests run the Triton kernels in Triton's interpreter.
             # compressed-tensors: the tests check our checkpoints against the library that defines the format.
