@@ -41,10 +41,11 @@ the modeling module's ``apply_rotary_pos_emb`` (``_FusedRope``: bit-identical, c
 its first call) and each ``StaticLayer``'s ``update`` (one ``cache_write`` launch). The same
 for every model the Generator runs, quantized or not.
 
-Sampling (``do_sample=True``: temperature, top-k, top-p, transformers' semantics, stated in
-``w8a8/generation/sampling.py``) runs after each step, eagerly, outside the graph: the graph
-is the greedy one, unchanged, and the sampled token overwrites the greedy one in the id buffer
-before the next replay. Greedy calls run none of it.
+Sampling (``do_sample=True``: temperature, top-k, top-p) and the repetition penalty
+(transformers' semantics, stated in ``w8a8/generation/sampling.py``) run after each step,
+eagerly, outside the graph: the graph is the greedy one, unchanged, and the token picked
+there overwrites the greedy one in the id buffer before the next replay. Greedy calls without
+a penalty run none of it.
 
 Prompts of different lengths go in one call left-padded, with transformers'
 ``attention_mask`` (``left_padding.py``: each row's tokens are those it gives alone; a padded
