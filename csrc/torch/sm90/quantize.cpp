@@ -90,11 +90,8 @@ std::tuple<at::Tensor, at::Tensor> quantize_per_token_sm90_after_checks(const at
   const c10::cuda::CUDAGuard guard(x.device());
   std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
   scale_shape.back() = 1;
-  // One allocation (host time): the codes, then the scales at a 16-byte aligned offset.
-  const int64_t scale_offset = (padded * k + 15) / 16 * 16;
-  const at::Tensor buffer = at::empty({scale_offset + 4 * padded}, x.options().dtype(at::kByte));
-  at::Tensor q = buffer.narrow(0, 0, m * k).view(at::kChar).view(x.sizes());
-  at::Tensor scale = buffer.narrow(0, scale_offset, 4 * m).view(at::kFloat).view(scale_shape);
+  at::Tensor q = at::empty({padded * k}, x.options().dtype(at::kChar)).narrow(0, 0, m * k).view(x.sizes());
+  at::Tensor scale = at::empty({padded}, x.options().dtype(at::kFloat)).narrow(0, 0, m).view(scale_shape);
   if (x.numel() == 0) return {q, scale};
   check_kernels(op, x, k);
   at::Tensor q_rows = q.view({-1, k});
