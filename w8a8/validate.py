@@ -251,6 +251,8 @@ def _norm_operands(op: str, x, weight, eps) -> None:
 def rms_norm_quant(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     """x [..., K] float, 1 <= K <= MAX_K, unit stride along K (leading strides free); weight
     [K] of x's dtype, contiguous, on x's device; eps a finite float >= 0."""
+    if _plain_norm(x, weight, eps):
+        return
     op = "rms_norm_quant"
     _norm_operands(op, x, weight, eps)
     _same_device(op, x.device, "x", (("weight", weight),))
@@ -258,6 +260,8 @@ def rms_norm_quant(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
 
 def add_rms_norm_quant(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     """As ``rms_norm_quant``, and residual of x's shape and dtype, unit stride along K, on x's device."""
+    if _plain_norm(x, weight, eps) and _plain_like(residual, x):
+        return
     op = "add_rms_norm_quant"
     _norm_operands(op, x, weight, eps)
     _like(op, "residual", residual, "x", x, "K")
@@ -267,7 +271,35 @@ def add_rms_norm_quant(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
 def silu_mul_quant(gate: torch.Tensor, up: torch.Tensor) -> None:
     """gate [..., F] float, 1 <= F <= MAX_K, unit stride along F (leading strides free: often
     the halves of one [M, 2F] GEMM output); up of gate's shape and dtype, likewise, on gate's device."""
+    if _plain_rows(gate) and _plain_like(up, gate):
+        return
     op = "silu_mul_quant"
     _rows_input(op, gate, "gate", "F")
     _like(op, "up", up, "gate", gate, "F")
     _same_device(op, gate.device, "gate", (("up", up),))
+
+
+# The fused producers' kernels run these checks on every call, where the rules above cost about as
+# much host time as the launch. The common case passes one expression first; each of its terms
+# implies one of the rules (some are stricter), so whatever it accepts the rules accept. Anything
+# else runs the rules, which raise with their message or accept what the expression was stricter about.
+
+
+def _plain_rows(x) -> bool:
+    """x passes ``_rows_input`` (stricter: unit stride along K even where K = 1)."""
+    return (isinstance(x, torch.Tensor) and x.dtype in FLOAT_DTYPES and x.dim() >= 1 and 1 <= x.shape[-1] <= MAX_K
+            and x.stride(-1) == 1)
+
+
+def _plain_like(t, x: torch.Tensor) -> bool:
+    """t passes ``_like(t, x)`` and is on x's device (stricter: unit stride along K even where K = 1)."""
+    return (isinstance(t, torch.Tensor) and t.dtype == x.dtype and t.shape == x.shape and t.stride(-1) == 1
+            and t.device == x.device)
+
+
+def _plain_norm(x, weight, eps) -> bool:
+    """The operands pass ``_norm_operands`` and weight is on x's device (stricter: eps a float, weight
+    with unit stride even where K = 1)."""
+    return (_plain_rows(x) and isinstance(weight, torch.Tensor) and weight.dtype == x.dtype and weight.dim() == 1
+            and weight.shape[0] == x.shape[-1] and weight.stride(0) == 1 and type(eps) is float
+            and 0 <= eps < math.inf and weight.device == x.device)
