@@ -385,7 +385,7 @@ class Generator:
         Raises ``ValueError``, naming the argument, before any work: input_ids not int64
         [B >= 1, P >= 1] on the model's device or not token ids, max_new_tokens not an int >= 1,
         P + max_new_tokens past the model's ``max_position_embeddings``, eos ids outside the
-        vocabulary, stop_strings without a tokenizer, a streamer without put / end, with
+        vocabulary, stop_strings without a tokenizer, a streamer without put / end,
         repetition_penalty not a finite number > 0, with
         do_sample temperature not a finite number > 0, top_k not an int >= 1, top_p not in
         (0, 1] or a generator not on the model's device, without do_sample any of these four
