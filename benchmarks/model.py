@@ -19,10 +19,10 @@
   reported with its per-kernel breakdown into buckets (KERNEL_BUCKETS). Wall time, eager:
   the median of WALL_ROUNDS rounds in each of which bf16 and every variant run one
   synchronised forward in turn, so that a drift of the host's speed during the run reaches
-  them alike, all of it before any model is compiled; compiled: the median of WALL synchronised forwards right after the profile
-  (``torch._dynamo.reset()`` before the next model's compile drops the earlier model's
-  graphs, so compiled models cannot take turns). On the CPU there are no kernels: wall time
-  only, the bucket and bound fields None.
+  them alike, all of it before any model is compiled; compiled: the median of WALL
+  synchronised forwards right after the profile (``torch._dynamo.reset()`` before the next
+  model's compile drops the earlier model's graphs, so compiled models cannot take turns).
+  On the CPU there are no kernels: wall time only, the bucket and bound fields None.
 * ``x_bf16`` compares GPU time (the kernel sums), ``x_bf16_wall`` the wall time a user's loop
   sees; ``host_bound`` marks a row whose wall time is more than 1.1x its GPU time.
 * the bound: every quantized projection at exactly 2x its bf16 GEMM time and

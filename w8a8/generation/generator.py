@@ -380,7 +380,7 @@ class Generator:
             None, or no 0 in it: every row is a whole prompt.
         generation_config : a transformers ``GenerationConfig`` (``model.generation_config``): its
             fields fill the arguments above that the call leaves at their defaults
-            (``w8a8/generation/config.py``); one of beam search, penalties or other filters is refused.
+            (``w8a8/generation/config.py``); beam search, the other penalties and other filters are refused.
 
         Raises ``ValueError``, naming the argument, before any work: input_ids not int64
         [B >= 1, P >= 1] on the model's device or not token ids, max_new_tokens not an int >= 1,
@@ -421,7 +421,10 @@ class Generator:
             streamer.put(input_ids.cpu())
         try:
             slot = self.slot(batch, prompt + max_new_tokens, padded=pads is not None)
-            new = torch.empty(batch, max_new_tokens, dtype=torch.long, device=self.device)
+            # The row's tokens so far, prompt then new ones: what the repetition penalty reads each step.
+            seen = torch.empty(batch, prompt + max_new_tokens, dtype=torch.long, device=self.device)
+            seen[:, :prompt] = input_ids
+            new = seen[:, prompt:]
             first = self.prefill(slot, input_ids, pads)
             if sampler.active:
                 slot.ids.copy_(sampler.next_tokens(first, input_ids, pads))
@@ -433,8 +436,7 @@ class Generator:
                     break
                 step_logits = self.decode(slot)
                 if sampler.active:
-                    seen = torch.cat([input_ids, new[:, :i]], dim=1) if sampler.penalty != 1.0 else None
-                    slot.ids.copy_(sampler.next_tokens(step_logits, seen, pads))
+                    slot.ids.copy_(sampler.next_tokens(step_logits, seen[:, :prompt + i], pads))
                 if output_logits:
                     logits.append(step_logits.clone())
                 new[:, i] = slot.ids[:, 0]
