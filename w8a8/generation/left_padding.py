@@ -69,7 +69,7 @@ def prompt_inputs(pads: torch.Tensor, prompt: int, cache_len: int, dtype: torch.
     k = torch.arange(cache_len, device=device).view(1, 1, cache_len)
     pad = pads.view(-1, 1, 1)
     allowed = ((k >= pad) & (k <= q)) | ((k == q) & (q < pad))
-    positions = (torch.arange(prompt, device=device).unsqueeze(0) - pads).clamp(min=0)
+    positions = (q.view(1, prompt) - pads).clamp(min=0)
     return {"position_ids": positions, "attention_mask": mask_values(allowed.unsqueeze(1), dtype)}
 
 
