@@ -89,12 +89,13 @@ at::Tensor linear_sm90_after_checks(const at::Tensor& x, const at::Tensor& weigh
   // ([padded, N] in x's dtype) comes first in the same allocation: one allocation fewer on the
   // calls whose host time matters, and the output's storage holds those codes while it lives.
   const bool one_buffer = m <= kOneBufferMaxTokens;
-  const int64_t out_bytes = one_buffer ? (padded * n * static_cast<int64_t>(x.element_size()) + 15) / 16 * 16 : 0;
+  const int64_t out_size = one_buffer ? padded * n * static_cast<int64_t>(x.element_size()) : 0;
+  const int64_t out_bytes = (out_size + 15) / 16 * 16;  // the codes start 16-byte aligned
   const int64_t scale_offset = out_bytes + (padded * k + 15) / 16 * 16;
   const at::Tensor buffer = at::empty({input_scale.has_value() ? out_bytes + padded * k : scale_offset + 4 * padded},
                                       x.options().dtype(at::kByte));
   at::Tensor out_padded;
-  if (one_buffer) out_padded = buffer.narrow(0, 0, padded * n * x.element_size()).view(x.scalar_type()).view({padded, n});
+  if (one_buffer) out_padded = buffer.narrow(0, 0, out_size).view(x.scalar_type()).view({padded, n});
   const at::Tensor q_padded = buffer.narrow(0, out_bytes, padded * k).view(at::kChar).view({padded, k});
   at::Tensor q = q_padded.narrow(0, 0, m);
   const at::Tensor a_scale_padded =
