@@ -69,6 +69,8 @@ def _batches(src, seq_len=128):
 
 
 def _float(src):
+    """The float model on the CPU: the tests comparing the CLI with the config path run both there (``--device cpu``),
+    since calibration's float reductions give the same bits on one device only."""
     return transformers.LlamaForCausalLM.from_pretrained(src, dtype="auto").eval()
 
 
@@ -85,7 +87,7 @@ def _assert_same_state(out, model, scale_dtype=torch.float32):
 def test_calib_data_static_scales_equal_calibrate_on_the_tokenized_lines(tmp_path, capsys):
     src, data = _folder(tmp_path)
     out = str(tmp_path / "q")
-    assert main(["quantize", src, out, "--act", "static", "--calib-data", data, "--quiet"]) == 0
+    assert main(["quantize", src, out, "--act", "static", "--calib-data", data, "--device", "cpu", "--quiet"]) == 0
     model = _float(src)
     w8a8.quantize_model(model, W8A8Config(act_quant="static", calibration=_batches(src)), progress=False)
     _assert_same_state(out, model)
@@ -94,7 +96,7 @@ def test_calib_data_static_scales_equal_calibrate_on_the_tokenized_lines(tmp_pat
 def test_smoothquant_equals_the_config_path(tmp_path, capsys):
     src, data = _folder(tmp_path)
     out = str(tmp_path / "q")
-    assert main(["quantize", src, out, "--act", "static", "--calib-data", data, "--smoothquant", "0.5", "--quiet"]) == 0
+    assert main(["quantize", src, out, "--act", "static", "--calib-data", data, "--smoothquant", "0.5", "--device", "cpu", "--quiet"]) == 0
     model = _float(src)
     w8a8.quantize_model(model, W8A8Config(act_quant="static", calibration=_batches(src), smoothquant_alpha=0.5),
                         progress=False)
