@@ -62,6 +62,9 @@ MODES = ("eager", "compile", "reduce-overhead")
 # "other" patterns are only there so that the "unmatched" list stays short and meaningful.
 KERNEL_BUCKETS = (
     ("other", r"flash|fmha|sdpa|attention"),
+    # Inductor's generated pointwise / reduction kernels, named after every op of their origin
+    # (the embedding that feeds a w8a8 norm is "triton_poi_fused_embedding_rms_norm_quant_0")
+    ("other", r"^triton_(poi|red|per)_"),
     ("fused_quant", r"rms_norm_quant|silu_mul_quant"),  # a producer (norm, SiLU-and-mul) that also quantizes
     ("quant", r"(?<!De)quantize|row_stats"),  # not the sm90 GEMM's epilogue functor, w8a8::DequantizeFn
     ("gemm_w8a8", r"w8a8::|scaled_mm|split_k_dequant|split_k_partials|cutlass.*signed char|S32S8S8"),

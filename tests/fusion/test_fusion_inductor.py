@@ -10,6 +10,7 @@ nodes counted.
 """
 import collections
 import inspect
+import re
 import subprocess
 import sys
 
@@ -112,6 +113,26 @@ def test_transformers_model_fused_and_equal_to_eager(graphs, arch):
     assert ops == {"linear": LAYERS, "quantize_per_token": 0, "scaled_mm": counts["producer_linears"],
                    "rms_norm_quant": 1, "add_rms_norm_quant": 2 * LAYERS - 1, "silu_mul_quant": LAYERS}
     assert counts["shared_quantizers"] == 0
+
+
+def test_merged_gate_up_reach_silu_mul_quant_without_a_copy(graphs):
+    """gate and up, column slices of the merged gate/up GEMM's output after the pass, are what
+    silu_mul_quant reads: no Inductor kernel copies them to the strides the separate layers'
+    outputs had when traced (M > 1, where a slice is not contiguous)."""
+    from torch._inductor.utils import run_and_get_code
+
+    model = _tiny_model("Llama")
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    ids = torch.randint(0, 128, (1, 17))
+    with torch.no_grad():
+        want = model(ids, use_cache=False).logits
+        got, code = run_and_get_code(lambda: compiled(ids, use_cache=False).logits)
+    assert _rel_err(got, want) < MODEL_REL_ERR
+    _, counts = _only(graphs)
+    assert counts["merged_groups"] >= LAYERS and counts["silu_mul_quant"] == LAYERS
+    source = "\n".join(code)
+    assert source.count("torch.ops.w8a8.silu_mul_quant.default(") == LAYERS
+    assert not re.search(r"def (cpp|triton)_\w*silu_mul_quant|(cpp|triton)_\w*silu_mul_quant\w* = ", source)
 
 
 # --- hand-written modules ---------------------------------------------------------------------

@@ -67,6 +67,8 @@ NAMES = {
     "cudnn_generated_fort_native_sdpa_sm90_knob_7_64x128x128_4x1x1_kernel0_0": "other",
     "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0": "other",
     "triton_poi_fused_mul_silu_1": "other",
+    "triton_poi_fused_embedding_rms_norm_quant_0": "other",  # Inductor's, named after the op its output feeds
+    "triton_poi_fused_silu_mul_quant_3": "other",
     "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, ...>(...)": "other",
     "Memcpy DtoD (Device -> Device)": "other",
 }

@@ -78,11 +78,20 @@ def fuse(graph: fx.Graph) -> dict[str, int]:
     ``graph`` in place; returns what was done (``COUNTER_KEYS``)."""
     global last_counts
     counts: Counter = Counter()
+    traced_args = {n: (n.args, n.kwargs) for n in graph.nodes if n.op == "call_function"}
     merge_siblings(graph, counts)
     fold_residual_adds(graph, counts)
     use_producer_codes(graph, counts)
     share_quantization(graph, counts)
     count_module_producers(graph, counts)
+    for node in graph.nodes:
+        # Inductor gives a custom op's inputs the strides they had when traced (meta
+        # "eager_input_vals"). A node whose inputs the rewrites changed (e.g. silu_mul_quant's
+        # gate and up, now column slices of one merged GEMM) would get copies to those strides;
+        # without the record its inputs pass as they are, which the ops take (unit stride along
+        # the last dim, checked at the call).
+        if traced_args.get(node, (node.args, node.kwargs)) != (node.args, node.kwargs):
+            node.meta.pop("eager_input_vals", None)
     last_counts = {key: counts[key] for key in COUNTER_KEYS}
     from torch._dynamo.utils import counters
 
