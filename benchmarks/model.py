@@ -1,12 +1,17 @@
-"""Model suite: transformers' ``LlamaForCausalLM`` at Llama-3-8B widths, bf16 vs W8A8, eager and compiled.
+"""Model suite: transformers' ``LlamaModel`` (a Llama's decoder stack) at Llama-3-8B widths, bf16 vs W8A8,
+eager and compiled.
 
     python -m benchmarks --suites model [--m 1,16,...] [--layers 4] [--size llama3-8b|tiny] [--out DIR]
 
-* the model: ``LlamaForCausalLM`` built from a ``LlamaConfig`` (hidden 4096, ffn 14336,
-  32 heads, 8 KV heads, head_dim 128, vocab 128256, rope defaults, SDPA attention),
-  ``--layers`` decoder layers, random weights initialised on the device in bf16 (no
-  download); W8A8 is a copy through ``quantize_model(skip=("lm_head",))``: lm_head stays bf16.
-* one forward: batch 1, ``tokens`` random input ids, ``use_cache=False``, logits out.
+* the model: the ``LlamaModel`` of a ``LlamaForCausalLM`` built from a ``LlamaConfig``
+  (hidden 4096, ffn 14336, 32 heads, 8 KV heads, head_dim 128, vocab 128256, rope defaults,
+  SDPA attention), ``--layers`` decoder layers, random weights initialised on the device in
+  bf16 (no download): embedding, decoder layers and final norm. The causal LM's lm_head is
+  left out: ``quantize_model`` keeps it bf16 by default, so it would add the same bf16 GEMM
+  to both sides (at 8192 tokens a quarter of bf16's time, for logits of every position).
+  W8A8 is a copy through ``quantize_model`` with its defaults.
+* one forward: batch 1, ``tokens`` random input ids, ``use_cache=False``, the last hidden
+  state out.
 * modes: eager, ``torch.compile(model)`` as a user writes it (``compile``: default mode,
   ``dynamic=None``: the first token count compiles a static graph, the second one a graph
   with a dynamic token count that serves the rest; M = 1 is specialised) and
@@ -58,7 +63,7 @@ MODES = ("eager", "compile", "reduce-overhead")
 # (w8a8::sm90 epilogue, w8a8::DequantizeFn) and "signed char" operands; the dp4a GEMV and
 # skinny GEMM are scaled_mm_gemv_kernel / scaled_mm_skinny_kernel, Triton's is _scaled_mm_kernel).
 # "gemm_bf16" is every other GEMM: cuBLAS / cuBLASLt / CUTLASS
-# in cuBLAS (bf16 projections, lm_head, the fp32 rotary matmul in eager) and Inductor mm templates.
+# in cuBLAS (bf16 projections, the fp32 rotary matmul in eager) and Inductor mm templates.
 # "other" patterns are only there so that the "unmatched" list stays short and meaningful.
 KERNEL_BUCKETS = (
     ("other", r"flash|fmha|sdpa|attention"),
@@ -81,11 +86,16 @@ def classify(name: str) -> str | None:
 
 
 def build_model(size: str, layers: int, device: torch.device):
-    """``LlamaForCausalLM`` of ``w8a8.demo.LLAMA_SIZES[size]`` with ``layers`` decoder layers, random bf16
-    weights on ``device`` (the demo's model)."""
+    """``(LlamaForCausalLM, config)`` of ``w8a8.demo.LLAMA_SIZES[size]`` with ``layers`` decoder layers,
+    random bf16 weights on ``device`` (the demo's model); this suite runs its ``.model``, the decoder stack."""
     from w8a8.demo import build_llama
 
     return build_llama(size, layers, device)
+
+
+def forward(model, ids: torch.Tensor) -> torch.Tensor:
+    """One forward of the suite: the last hidden state for ``ids``, no cache."""
+    return model(input_ids=ids, use_cache=False).last_hidden_state
 
 
 def _sync(device: torch.device) -> None:
@@ -181,11 +191,11 @@ def breakdown(kernels: dict[str, tuple[float, int]]) -> dict:
 
 
 def measure(model, ids, device: torch.device, wall: bool = True) -> tuple[dict, torch.Tensor]:
-    """One (model, mode, tokens) measurement: timings, buckets, and the last logits (fp32, CPU)
+    """One (model, mode, tokens) measurement: timings, buckets, and the last 64 rows of the output (fp32, CPU)
     for the check. ``wall=False``: no wall time here (``set_wall`` fills it in later)."""
     with torch.inference_mode():
-        fn = lambda: model(input_ids=ids, use_cache=False).logits  # noqa: E731
-        logits = fn()[0, -64:].float().cpu()
+        fn = lambda: forward(model, ids)  # noqa: E731
+        out = fn()[0, -64:].float().cpu()
         wall_time = wall_us(fn, device) if wall else None
         kernels = kernel_us(fn, device)
     row = {"gpu_us": None, "kernels_per_forward": None, "unmatched": None,
@@ -196,7 +206,7 @@ def measure(model, ids, device: torch.device, wall: bool = True) -> tuple[dict, 
     row["timing"] = "profiler kernel sum" if row["gpu_us"] is not None else "wall (no CUDA kernels)"
     if wall_time is not None:
         set_wall(row, wall_time)
-    return row, logits
+    return row, out
 
 
 def set_wall(row: dict, wall: float) -> None:
@@ -206,20 +216,20 @@ def set_wall(row: dict, wall: float) -> None:
     row["host_bound"] = None if row["gpu_us"] is None else row["wall_us"] > 1.1 * row["gpu_us"]
 
 
-def compare(bf16: dict, w8a8: dict, w8a8_logits: torch.Tensor, bf16_logits: torch.Tensor) -> dict:
+def compare(bf16: dict, w8a8: dict, w8a8_out: torch.Tensor, bf16_out: torch.Tensor) -> dict:
     """The W8A8 row's comparison fields against the bf16 row of the same tokens and mode.
 
     The bound needs G_proj, the bf16 run's GEMM time of the 7 x layers projections only.
-    lm_head's [tokens, vocab] GEMM (and the small fp32 rotary matmul in eager) are bf16 in
-    both models, with the same shapes and the same code path (eager vs eager, compiled vs
-    compiled), so they are exactly the "gemm_bf16" time of the W8A8 run, whose projections
-    all run our kernels: G_proj = gemm_bf16(bf16 run) - gemm_bf16(W8A8 run). No name or shape
-    of lm_head is needed, and it holds under torch.compile, where record_function ranges vanish.
+    The bf16 GEMMs left in the W8A8 model (the small fp32 rotary matmul in eager) have the same
+    shapes and code path in both models (eager vs eager, compiled vs compiled), so they are
+    exactly the "gemm_bf16" time of the W8A8 run, whose projections all run our kernels:
+    G_proj = gemm_bf16(bf16 run) - gemm_bf16(W8A8 run). No kernel name or shape is needed, and
+    it holds under torch.compile, where record_function ranges vanish.
     If no W8A8 GEMM kernel was recognised the subtraction would be meaningless: the bound is
     then None and ``bound_note`` says why.
     """
     out = {"x_bf16": round(bf16["us"] / w8a8["us"], 3), "x_bf16_wall": round(bf16["wall_us"] / w8a8["wall_us"], 3),
-           "logits_rel_err": round(float((w8a8_logits - bf16_logits).norm() / bf16_logits.norm()), 5),
+           "out_rel_err": round(float((w8a8_out - bf16_out).norm() / bf16_out.norm()), 5),
            "proj_gemm_bf16_us": None, "bound_us": None, "bound_x": None, "pct_of_bound": None, "bound_note": None}
     if bf16["gpu_us"] is None or w8a8["gpu_us"] is None:
         out["bound_note"] = "no CUDA kernels profiled"
@@ -282,10 +292,12 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
         raise SystemExit(f"benchmarks: unknown model variants {sorted(unknown)}; expected {list(VARIANTS)}")
     size = size or ("llama3-8b" if device.type == "cuda" else "tiny")
     layers = layers or (4 if size == "llama3-8b" else 2)
-    bf16_model, config = build_model(size, layers, device)
+    causal_lm, config = build_model(size, layers, device)
+    bf16_model = causal_lm.model
+    del causal_lm  # and its lm_head
     gen = torch.Generator().manual_seed(0)
     inputs = {m: torch.randint(0, config.vocab_size, (1, m), generator=gen).to(device) for m in tokens}
-    results, logits = {}, {}
+    results, outputs = {}, {}
 
     def run(impl, model, graph_pass, run_modes):
         for mode in run_modes:
@@ -304,7 +316,7 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
                 if skipped:
                     results[impl, mode, m] = {**base, "skipped": skipped}
                     continue
-                row, logits[impl, mode, m] = measure(runner, inputs[m], device, wall=mode != "eager")
+                row, outputs[impl, mode, m] = measure(runner, inputs[m], device, wall=mode != "eager")
                 results[impl, mode, m] = {**base, **row}
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
@@ -316,14 +328,14 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
     for impl in variants:
         keywords, graph_pass = VARIANTS[impl]
         models[impl] = (copy.deepcopy(bf16_model), graph_pass)
-        report = w8a8.quantize_model(models[impl][0], skip=("lm_head",), progress=False, **keywords)
+        report = w8a8.quantize_model(models[impl][0], progress=False, **keywords)
         fusion[impl] = {"eager": None if report.fusion is None else report.fusion.summary()}
     eager = "eager" in modes
     for impl, (model, graph_pass) in models.items():
         run(impl, model, graph_pass, ("eager",) if eager else ())
     with torch.inference_mode():
         for m in tokens if eager else ():
-            calls = {impl: (lambda model=model, ids=inputs[m]: model(input_ids=ids, use_cache=False).logits)
+            calls = {impl: (lambda model=model, ids=inputs[m]: forward(model, ids))
                      for impl, (model, _) in models.items()}
             for impl, wall in interleaved_wall_us(calls, device).items():
                 set_wall(results[impl, "eager", m], wall)
@@ -345,11 +357,13 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
             for impl in variants:
                 q = results[impl, mode, m]
                 if not q.get("skipped"):
-                    q.update(compare(b, q, logits[impl, mode, m], logits["bf16", mode, m]))
+                    q.update(compare(b, q, outputs[impl, mode, m], outputs["bf16", mode, m]))
                 rows.append(q)
-    described = {"kind": "model", "model": "transformers LlamaForCausalLM, random weights, SDPA attention",
+    described = {"kind": "model",
+                 "model": "transformers LlamaModel (the decoder stack of a LlamaForCausalLM: embedding, decoder "
+                          "layers, final norm; no lm_head), random weights, SDPA attention",
                  "size": size, "layers": layers, "config": {**LLAMA_SIZES[size], "num_hidden_layers": layers},
-                 "lm_head": "bf16 (quantize_model skip)", "batch": 1, "use_cache": False,
+                 "output": "last_hidden_state", "batch": 1, "use_cache": False,
                  "variants": {v: {"quantize_model": VARIANTS[v][0], "graph_pass": VARIANTS[v][1]} for v in variants},
                  "fusion": fusion,
                  "compile": "torch.compile(model) (mode compile) and torch.compile(model, mode='reduce-overhead'): "

@@ -209,6 +209,13 @@ def model_modes() -> list[str]:
     return [mode for mode in MODEL_MODES if mode in present]
 
 
+def model_described() -> str:
+    """What the model file measured, as its run described it."""
+    doc = load("model_h100.json")
+    head = f" (lm_head {doc['lm_head']})" if "lm_head" in doc else ""
+    return doc["model"][0].upper() + doc["model"][1:] + head
+
+
 def model_summary(mode: str) -> str:
     rows = load("model_h100.json")["rows"]
     at = {(r["impl"], r["M"]): r for r in rows if r["mode"] == mode}
@@ -266,8 +273,8 @@ def render_markdown(plots: bool = True) -> str:
         f"prefill {_range(r['x_bf16_prefill'] for r in gen)}. Tensor-parallel MLP block (2 GPUs): {tp[1]:.2f}x at "
         f"M = 1, {tp[2048]:.2f}x at M = 2048.",
         *_h("Model: transformers Llama at Llama-3-8B widths"),
-        "`LlamaForCausalLM` (hidden 4096, ffn 14336, 32 heads, 8 KV heads, vocab 128256), 4 decoder layers, random "
-        "weights, lm_head kept bf16, batch 1, no cache; `quantize_model` as a user calls it (fused: shared and "
+        f"{model_described()}: hidden 4096, ffn 14336, 32 heads, 8 KV heads, vocab 128256, 4 decoder layers, "
+        "batch 1, no cache; `quantize_model` as a user calls it (fused: shared and "
         "producer-fused quantization, merged q/k/v and gate/up) beside `fuse=False` (unfused). The bound: every "
         "quantized projection at exactly 2x its bf16 GEMM time, nothing else changed (from the bf16 run's own "
         "profile). A bf16 row marked host-bound spends more than 1.1x its GPU time in wall time. Quantizers: "
