@@ -36,6 +36,22 @@ def test_empty_pads_the_storage_and_returns_the_first_rows(shape):
     assert t.untyped_storage().nbytes() == padding.padded_rows(m) * shape[-1]
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_empty_allocates_the_same_tensor_with_or_without_the_direct_allocator(monkeypatch, direct):
+    """torch's direct allocator (Inductor's) where this torch has it, torch.empty_strided otherwise:
+    the same shape, strides, dtype, device and storage either way."""
+    if not direct:
+        monkeypatch.setattr(padding, "_DIRECT", {})
+    elif padding._DIRECT.get("cpu") is None:
+        pytest.skip("this torch has no direct CPU allocator")
+    for shape, pad in [((65, 96), True), ((5, 20, 96), False), ((3, 1), True), ((0, 8), True)]:
+        t = padding.empty(shape, torch.float16, torch.device("cpu"), pad=pad)
+        m = math.prod(shape[:-1])
+        rows = padding.padded_rows(m) if pad else m
+        assert (t.shape, t.dtype, t.device, t.is_contiguous()) == (shape, torch.float16, torch.device("cpu"), True)
+        assert t.untyped_storage().nbytes() == rows * shape[-1] * 2
+
+
 def test_empty_does_not_pad_on_the_cpu_by_default_nor_a_0_dim_tensor():
     assert padding.empty((100, 32), torch.int8, "cpu").untyped_storage().nbytes() == 100 * 32
     assert padding.empty((), torch.float32, "cpu", pad=True).shape == ()

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _module
 
-from w8a8 import ops
+from w8a8 import ops, padding
 from w8a8.fusion.checks import _capturing, _computed, _Computed, _exporting, _hooked, _same_objects
 from w8a8.fusion.checks import fixed_objects  # noqa: F401  (importable from here, as before the move)
 from w8a8.linear import QuantizedActivation, W8A8Linear, _frozen
@@ -240,7 +240,7 @@ class SharedInput:
         if not contiguous or rows == 1:
             out = out.view(*lead, out.shape[-1])
             return [out[..., a:b] for a, b in zip(self.offsets, self.offsets[1:])]
-        blocks = torch.empty(out.numel(), dtype=out.dtype, device=out.device)
+        blocks = padding.empty((out.numel(),), out.dtype, out.device, pad=False)
         outs = []
         for a, n, count in self.runs:
             run = blocks[rows * a:rows * (a + n * count)].view(count, rows, n)

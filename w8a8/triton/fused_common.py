@@ -37,6 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
+from w8a8 import padding
 from w8a8.triton.quant import empty_codes
 
 _INF = tl.constexpr(float("inf"))
@@ -94,4 +95,4 @@ def _outputs(x: torch.Tensor, n_float: int) -> tuple[torch.Tensor, ...]:
     """The outputs, uninitialized: codes int8 [..., K], scales fp32 [..., 1] (their storage
     row-padded for the sm90 GEMM, ``w8a8.padding``), then ``n_float`` [..., K] tensors of x's
     dtype (normed, sum), all contiguous. (Tests poison them here.)"""
-    return (*empty_codes(x), *(torch.empty(x.shape, dtype=x.dtype, device=x.device) for _ in range(n_float)))
+    return (*empty_codes(x), *(padding.empty(x.shape, x.dtype, x.device, pad=False) for _ in range(n_float)))

@@ -319,8 +319,6 @@ def _silu_mul_quant_kernel(
                               SINGLE_PASS, BLOCK_K, CHUNK, N_CHUNKS, DT)
 
 
-# --- host wrappers -----------------------------------------------------------------------------
-
 # --- host wrapper ------------------------------------------------------------------------------
 
 # SMs of the interpreter's "device": a few, so the CPU tests run programs over several row groups.
@@ -332,8 +330,6 @@ def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return _INTERPRETER_SM_COUNT
     return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 
 
 def silu_mul_quant(
