@@ -34,7 +34,7 @@ from torch.nn.modules import module as _module
 
 from w8a8 import ops, padding
 from w8a8.fusion.checks import _capturing, _computed, _Computed, _exporting, _hooked, _same_objects
-from w8a8.fusion.checks import fixed_objects  # noqa: F401  (importable from here, as before the move)
+from w8a8.fusion.checks import fixed_objects  # noqa: F401  (importable from here too)
 from w8a8.linear import QuantizedActivation, W8A8Linear, _frozen
 
 # Above this many tokens a merged group runs one GEMM per member (on row slices of the merged
