@@ -29,11 +29,10 @@ greedy call without a penalty never comes here.
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
-from w8a8.generation.stops import _error, _is_int
+from w8a8.generation.stops import _error, _is_int, _is_real
 
 
 class Sampler:
@@ -50,8 +49,7 @@ class Sampler:
 
     def __init__(self, device: torch.device, do_sample=False, temperature=1.0, top_k=None, top_p=None,
                  generator=None, repetition_penalty=1.0) -> None:
-        if not isinstance(repetition_penalty, numbers.Real) or isinstance(repetition_penalty, bool) \
-                or not math.isfinite(repetition_penalty) or not repetition_penalty > 0:
+        if not _finite_positive(repetition_penalty):
             raise _error("repetition_penalty", "be a finite number > 0 (1.0: no penalty)",
                          f"{type(repetition_penalty).__name__} {repetition_penalty!r}")
         self.penalty = float(repetition_penalty)
@@ -65,14 +63,12 @@ class Sampler:
                 raise _error(" / ".join(given), "come with do_sample=True (with do_sample=False the tokens are "
                              "greedy and they would be ignored)", ", ".join(f"{n}={v!r}" for n, v in given.items()))
             return self._set(False, 1.0, None, None, None)
-        if not isinstance(temperature, numbers.Real) or isinstance(temperature, bool) \
-                or not math.isfinite(temperature) or not temperature > 0:
+        if not _finite_positive(temperature):
             raise _error("temperature", "be a finite number > 0 (for greedy tokens pass do_sample=False)",
                          f"{type(temperature).__name__} {temperature!r}")
         if top_k is not None and (not _is_int(top_k) or top_k < 1):
             raise _error("top_k", "be an int >= 1 or None", f"{type(top_k).__name__} {top_k!r}")
-        if top_p is not None and (not isinstance(top_p, numbers.Real) or isinstance(top_p, bool)
-                                  or not 0 < top_p <= 1):
+        if top_p is not None and (not _is_real(top_p) or not 0 < top_p <= 1):
             raise _error("top_p", "be a number in (0, 1] or None", f"{type(top_p).__name__} {top_p!r}")
         if generator is not None:
             if not isinstance(generator, torch.Generator):
@@ -134,6 +130,11 @@ def penalize(scores: torch.Tensor, seen: torch.Tensor, penalty: float, ignored: 
     score = spare.gather(1, ids)
     score = torch.where(score < 0, score * penalty, score / penalty)
     return spare.scatter(1, ids, score)[..., :vocab]
+
+
+def _finite_positive(value) -> bool:
+    """A real number (not a bool), finite and > 0."""
+    return _is_real(value) and math.isfinite(value) and value > 0
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:

@@ -45,6 +45,10 @@ def _is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _error(name: str, rule: str, got) -> ValueError:
     return ValueError(f"w8a8.Generator.generate: {name} must {rule}, got {got}")
 
@@ -98,8 +102,7 @@ class Stops:
             raise _error("pad_token_id", "be an int or None", f"{type(pad_token_id).__name__} {pad_token_id!r}")
         self.strings = _stop_strings(stop_strings, tokenizer)
         self.tokenizer = tokenizer
-        if max_time is not None and (not isinstance(max_time, numbers.Real) or isinstance(max_time, bool)
-                                     or math.isnan(max_time) or max_time < 0):
+        if max_time is not None and (not _is_real(max_time) or math.isnan(max_time) or max_time < 0):
             raise _error("max_time", "be a number of seconds >= 0 or None", repr(max_time))
         if streamer is not None and not (callable(getattr(streamer, "put", None))
                                          and callable(getattr(streamer, "end", None))):
