@@ -146,6 +146,21 @@ def _graph_of_passes(calls: list[Callable[[], object]]):
     return graph, passes * len(calls)
 
 
+def interleaved_medians(fns: dict[str, Callable[[], object]], sample: Callable[[Callable[[], object]], float],
+                        rounds: int, warmup: int = 3) -> dict[str, float]:
+    """{name: median over ``rounds`` of ``sample(fns[name])``}: each function called ``warmup``
+    times first, then every round samples every function in turn, so that a drift of the
+    host's speed during a run reaches them alike (host-side timings: wall and host time)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(sample(fn))
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
 def time_graph(calls: list[Callable[[], object]], replays: int = 20) -> Timing:
     """Median time per call of ``calls`` captured back to back in one CUDA graph."""
     return time_interleaved({"": calls}, "cuda", replays)[""]

@@ -23,7 +23,6 @@ its GPU kernel sum).
 """
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
@@ -60,19 +59,6 @@ def loop_sample_us(fn) -> float:
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) / CALLS * 1e6
-
-
-def interleaved_us(fns: dict, sample) -> dict[str, float]:
-    """{name: median over REPEATS rounds of ``sample(fns[name])``}: each round samples every
-    function in turn, so that the host's speed, which drifts during a run, reaches them alike."""
-    for fn in fns.values():
-        for _ in range(3):
-            fn()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(REPEATS):
-        for name, fn in fns.items():
-            samples[name].append(sample(fn))
-    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def _cases(m: int, n: int, k: int) -> dict[str, tuple[str, object]]:
@@ -118,7 +104,8 @@ def bench_shape(m: int, n: int, k: int) -> list[dict]:
         with context():
             cases = _cases(m, n, k)
             fns = {name: fn for name, (_, fn) in cases.items()}
-            host, loop = interleaved_us(fns, host_sample_us), interleaved_us(fns, loop_sample_us)
+            host = harness.interleaved_medians(fns, host_sample_us, REPEATS)
+            loop = harness.interleaved_medians(fns, loop_sample_us, REPEATS)
             for name, (mode, fn) in cases.items():
                 gpu = harness.time_graph([fn], replays=20).us
                 rows.append({"impl": name, "mode": mode, "grad": grad, "M": m, "N": n, "K": k,

@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import copy
 import re
-import statistics
 import time
 import warnings
 from collections import defaultdict
 
 import torch
 
+from benchmarks import harness
 from w8a8.demo import LLAMA_SIZES
 
 WARMUP = 3
@@ -111,18 +111,14 @@ def wall_us(fn, device: torch.device, iters: int = WALL) -> float:
 def interleaved_wall_us(fns: dict, device: torch.device, rounds: int = WALL_ROUNDS) -> dict[str, float]:
     """{name: median synchronised wall time of ``fns[name]()`` in us}, the functions called in
     turn, one call each per round (after WARMUP calls of each)."""
-    for fn in fns.values():
-        for _ in range(WARMUP):
-            fn()
-    _sync(device)
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            _sync(device)
-            samples[name].append((time.perf_counter() - t0) * 1e6)
-    return {name: statistics.median(s) for name, s in samples.items()}
+    def sample(fn) -> float:
+        _sync(device)  # nothing queued before the clock starts
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        return (time.perf_counter() - t0) * 1e6
+
+    return harness.interleaved_medians(fns, sample, rounds, WARMUP)
 
 
 def _profile_cycles(fn, device: torch.device, iters: int, activities, ready) -> None:
@@ -376,8 +372,6 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
 
 def run(args, device: torch.device, ceilings: dict) -> list[dict]:
     """``python -m benchmarks --suites model``: run, print the table, write ``model_<tag>.json`` with ``--out``."""
-    from benchmarks import harness
-
     variants = tuple(args.variants.split(",")) if args.variants else DEFAULT_VARIANTS
     rows, described = run_suite(args.m or harness.DEFAULT_M, device, args.size, args.layers, variants=variants,
                                 modes=tuple(args.modes.split(",")) if args.modes else MODES)
