@@ -54,3 +54,24 @@ def test_sanitize_cases_split_by_output_writer():
         assert not sm90_other
     else:  # the sm90 op's decode kernels (GEMV M <= 4, skinny GEMM 5..16, or forced) write with plain stores
         assert {"sm90_gemv_m3", "sm90_skinny_m9"} <= sm90_other and "sm90_ladder_m200_n2048" in tma
+
+
+def test_initcheck_leaves_out_the_pad_row_readers():
+    """initcheck's runs (--written-inputs) drop exactly the single-op cases at a padded token count:
+    the GEMM reads pad rows of codes and scales that the padding contract leaves unwritten."""
+    from w8a8.padding import padded_rows
+
+    driver = str(ROOT / "benchmarks" / "sanitize_cases.py")
+
+    def names(*extra):
+        out = subprocess.run([sys.executable, driver, "--dry-run", "--set", "small", *extra], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+        return set(out[:-1])
+
+    every, written = names(), names("--written-inputs")
+    dropped = every - written
+    assert written <= every and "linear_sm90_dynamic_m4" in written
+    if padded_rows(160) > 160:  # the sm90 extension states the padding rule
+        assert dropped == {"linear_sm90_dynamic_m160_cluster", "linear_sm90_dynamic_m230_cluster"}
+    else:  # nothing is padded without it
+        assert not dropped
