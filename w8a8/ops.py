@@ -148,10 +148,16 @@ def _triton_linear(x, weight, weight_scale, bias, input_scale, input_zero_point)
 
 
 def _triton():
-    # Imported on first use: TRITON_INTERPRET is read when the kernels are decorated.
-    from w8a8 import triton as triton_kernels
+    # Imported on first use: TRITON_INTERPRET is read when the kernels are decorated. Kept after
+    # that: an import statement costs microseconds on every producer call.
+    if not _TRITON_KERNELS:
+        from w8a8 import triton as triton_kernels
 
-    return triton_kernels
+        _TRITON_KERNELS.append(triton_kernels)
+    return _TRITON_KERNELS[0]
+
+
+_TRITON_KERNELS: list = []
 
 
 def _triton_scaled_mm(a, b, a_scale, b_scale, bias, out_dtype):

@@ -52,6 +52,41 @@ def test_empty_allocates_the_same_tensor_with_or_without_the_direct_allocator(mo
         assert t.untyped_storage().nbytes() == rows * shape[-1] * 2
 
 
+@pytest.fixture
+def fresh_plans():
+    """padding's layout caches emptied before and after (a test may change the rule they read)."""
+    padding._plan.cache_clear()
+    padding._output_layouts.cache_clear()
+    yield
+    padding._plan.cache_clear()
+    padding._output_layouts.cache_clear()
+
+
+def _layout(t: torch.Tensor):
+    return t.shape, t.stride(), t.dtype, t.storage_offset(), t.untyped_storage().nbytes()
+
+
+@pytest.mark.parametrize("shape", [(65, 96), (2, 40, 96), (129, 1), (1, 8), (0, 8)])
+@pytest.mark.parametrize("pad", [True, False])
+def test_producer_outputs_are_laid_out_as_empty_lays_out_each(monkeypatch, fresh_plans, shape, pad):
+    """empty_outputs' one plan for a producer's outputs (codes, scales, then the float ones) gives
+    the tensors that empty gives one by one, padded (a GPU's layout, built here on the CPU, with a
+    stand-in rule where w8a8._C is not built) or not."""
+    if not dispatch.load("_C")[0]:
+        monkeypatch.setattr(padding, "padded_rows", lambda m: m + 3 if m > 1 else m)
+    cpu = torch.device("cpu")
+    got = [padding._allocate(layout, cpu, "cpu")
+           for layout in padding._output_layouts(torch.Size(shape), torch.bfloat16, 2, pad)]
+    want = [padding.empty(shape, torch.int8, cpu, pad=pad), padding.empty((*shape[:-1], 1), torch.float32, cpu, pad=pad),
+            padding.empty(shape, torch.bfloat16, cpu, pad=False), padding.empty(shape, torch.bfloat16, cpu, pad=False)]
+    assert [_layout(t) for t in got] == [_layout(t) for t in want]
+    m = math.prod(shape[:-1])
+    assert got[0].untyped_storage().nbytes() == (padding.padded_rows(m) if pad else m) * shape[-1]
+    on_cpu = padding.empty_outputs(torch.Size(shape), torch.float16, 1, cpu)  # the CPU pads nothing
+    assert [_layout(t) for t in on_cpu] == [_layout(t) for t in (
+        torch.empty(shape, dtype=torch.int8), torch.empty((*shape[:-1], 1)), torch.empty(shape, dtype=torch.float16))]
+
+
 def test_empty_does_not_pad_on_the_cpu_by_default_nor_a_0_dim_tensor():
     assert padding.empty((100, 32), torch.int8, "cpu").untyped_storage().nbytes() == 100 * 32
     assert padding.empty((), torch.float32, "cpu", pad=True).shape == ()

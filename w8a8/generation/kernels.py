@@ -42,7 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
-from w8a8.triton._launch import launching
+from w8a8.triton._launch import cdiv, launching
 
 _HALF = (torch.float16, torch.bfloat16)
 _LOG2E = 1.4426950408889634
@@ -263,9 +263,9 @@ def decode_splits(batch: int, kv_heads: int, cache_len: int, device: torch.devic
     """Keys per slice: enough slices that batch x kv_heads x slices fills the SMs PROGRAMS_PER_SM
     times, each a whole number of DECODE_BLOCK_N tiles."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-    tiles = triton.cdiv(cache_len, DECODE_BLOCK_N)
-    slices = max(1, min(tiles, triton.cdiv(PROGRAMS_PER_SM * sms, batch * kv_heads)))
-    return triton.cdiv(tiles, slices) * DECODE_BLOCK_N
+    tiles = cdiv(cache_len, DECODE_BLOCK_N)
+    slices = max(1, min(tiles, cdiv(PROGRAMS_PER_SM * sms, batch * kv_heads)))
+    return cdiv(tiles, slices) * DECODE_BLOCK_N
 
 
 def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
@@ -281,7 +281,7 @@ def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     hk, cache_len = keys.shape[1], keys.shape[2]
     group = h // hk
     split = decode_splits(b, hk, cache_len, q.device)
-    slices = triton.cdiv(cache_len, split)
+    slices = cdiv(cache_len, split)
     partial = torch.empty(b * h, slices, d, dtype=torch.float32, device=q.device)
     lse = torch.empty(b * h, slices, dtype=torch.float32, device=q.device)
     out = torch.empty(b, 1, h, d, dtype=q.dtype, device=q.device)

@@ -38,7 +38,6 @@ import triton
 import triton.language as tl
 
 from w8a8 import padding
-from w8a8.triton.quant import empty_codes
 
 _INF = tl.constexpr(float("inf"))
 
@@ -95,4 +94,4 @@ def _outputs(x: torch.Tensor, n_float: int) -> tuple[torch.Tensor, ...]:
     """The outputs, uninitialized: codes int8 [..., K], scales fp32 [..., 1] (their storage
     row-padded for the sm90 GEMM, ``w8a8.padding``), then ``n_float`` [..., K] tensors of x's
     dtype (normed, sum), all contiguous. (Tests poison them here.)"""
-    return (*empty_codes(x), *(padding.empty(x.shape, x.dtype, x.device, pad=False) for _ in range(n_float)))
+    return padding.empty_outputs(x.shape, x.dtype, n_float, x.device)

@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from w8a8 import padding
-from w8a8.triton._launch import launch
+from w8a8.triton._launch import cdiv, launch
 from w8a8.triton.quant_configs import PerTokenConfig, StaticConfig, per_token_config, static_config
 
 # --- constants shared by the kernels (module globals must be tl.constexpr) ---------------
@@ -261,7 +261,7 @@ def quantize_per_token_out(
     x2 = _as_rows(x)
     r = x2.shape[0]
     cfg = config or per_token_config(k)
-    grid = (triton.cdiv(r, cfg.rows),)
+    grid = (cdiv(r, cfg.rows),)
     launch(x2, _quantize_per_token_kernel, grid,
            x2, q, scale, scale if row_stats is None else row_stats, r, k, x2.stride(0),
            ROWS=cfg.rows, BLOCK_K=cfg.block_k, SINGLE_PASS=cfg.single_pass, STATS_IN=row_stats is not None,
@@ -278,7 +278,7 @@ def per_token_row_stats(x: torch.Tensor) -> torch.Tensor:
     x2 = _as_rows(x)
     r = x2.shape[0]
     cfg = per_token_config(k)
-    launch(x2, _per_token_row_stats_kernel, (triton.cdiv(r, cfg.rows),),
+    launch(x2, _per_token_row_stats_kernel, (cdiv(r, cfg.rows),),
            x2, stats, r, k, x2.stride(0), ROWS=cfg.rows, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps)
     return stats
 
@@ -286,8 +286,7 @@ def per_token_row_stats(x: torch.Tensor) -> torch.Tensor:
 def empty_codes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Uninitialized per-token outputs for ``x`` [..., K]: codes int8 [..., K] and scales fp32
     [..., 1], contiguous, their storage row-padded for the sm90 GEMM (``w8a8.padding``)."""
-    return (padding.empty(x.shape, torch.int8, x.device),
-            padding.empty((*x.shape[:-1], 1), torch.float32, x.device))
+    return padding.empty_outputs(x.shape, x.dtype, 0, x.device)
 
 
 def quantize_with_row_stats(x: torch.Tensor, row_stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -338,7 +337,7 @@ def quantize_static_out(
     x2 = _as_rows(x)
     r = x2.shape[0]
     cfg = config or static_config(k)
-    grid = (triton.cdiv(r, cfg.rows), triton.cdiv(k, cfg.block_k))
+    grid = (cdiv(r, cfg.rows), cdiv(k, cfg.block_k))
     launch(x2, _quantize_static_kernel, grid,
            x2, q, scale, zero_point if zero_point is not None else scale, r, k, x2.stride(0),
            HAS_ZP=zero_point is not None, ROWS=cfg.rows, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps)

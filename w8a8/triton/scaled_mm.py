@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from w8a8.triton._launch import launch
+from w8a8.triton._launch import cdiv, launch
 
 # --- configs -------------------------------------------------------------------------------
 
@@ -135,7 +135,7 @@ def select_config(m: int, n: int, num_sms: int = _DEFAULT_NUM_SMS) -> ScaledMMCo
     """
     cfg = next(c for c in SCALED_MM_CONFIGS if m <= c.max_m)
     block_n = cfg.block_n
-    while block_n > cfg.min_block_n and triton.cdiv(m, cfg.block_m) * triton.cdiv(n, block_n) < num_sms:
+    while block_n > cfg.min_block_n and cdiv(m, cfg.block_m) * cdiv(n, block_n) < num_sms:
         block_n //= 2
     if block_n != cfg.block_n:
         cfg = dataclasses.replace(cfg, block_n=block_n)
@@ -259,7 +259,7 @@ def scaled_mm_out(
     sb = b_scale.reshape(-1)
     bias_v = bias.reshape(-1) if bias is not None else sb
     cfg = config or select_config(m, n, _num_sms(a.device.index if a.device.type == "cuda" else None))
-    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+    grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n),)
     launch(a, _scaled_mm_kernel, grid,
            a, b, sa, sb, bias_v, out,
            m, n, k,

@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from w8a8.triton._launch import launch
+from w8a8.triton._launch import cdiv, launch
 from w8a8.triton.fused_common import _INTERPRET, _outputs, _round_to, _to_dt
 from w8a8.triton.quant import _FLT_MAX, _RINT_MAGIC, _as_rows, _quantize_rows, _row_scales
 from w8a8.triton.quant_configs import FUSED_SILU_PROGRAMS_PER_SM, fused_config
@@ -357,7 +357,7 @@ def silu_mul_quant(
         g2, u2 = _as_rows(gate), _as_rows(up)
         rows = g2.shape[0]
         cfg = fused_config(f, rows, op="silu_mul")
-        groups = triton.cdiv(rows, cfg.rows)
+        groups = cdiv(rows, cfg.rows)
         if cfg.single_pass:  # FUSED_SILU_PROGRAMS_PER_SM a SM loop over the row groups (the kernel's docstring)
             groups = min(groups, _sm_count(g2.device) * FUSED_SILU_PROGRAMS_PER_SM)
         launch(g2, _silu_mul_quant_kernel, (groups,),
