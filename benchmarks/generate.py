@@ -31,7 +31,8 @@
     P down to about P/2 tokens (row i: P - i P / 2B) left-padded with ``attention_mask``,
     sampled (SAMPLING, a seeded generator), the same timing as eager (median of REPEATS calls of
     1 and of N tokens; decode per token from their difference), after one warm-up call (the
-    captures). Not in the default recipes.
+    captures); on a GPU the step's kernel time too, sampling included (the profiled kernel sum of
+    N tokens less that of 1, per token), for ``decode_over_kernels``. Not in the default recipes.
 * tokens/s = B / decode time per token. ``token_match``: the fraction of W8A8's new tokens
   equal to bf16's at the same position (random weights: ties and near-ties are common, so
   this is a sanity figure, not an accuracy one).
@@ -141,6 +142,13 @@ def mixed_point(model, ids: torch.Tensor, new_tokens: int, device) -> tuple[dict
     _sync(device)
     capture_s = time.perf_counter() - t0
     row, tokens = _one_and_n(run, new_tokens, device)
+    if device.type == "cuda":  # a decode step's kernel time, sampling included: n tokens' sum less one's
+        from benchmarks.model import kernel_us
+
+        with torch.inference_mode():
+            sums = [sum(us for us, _ in kernel_us(lambda n=n: run(n), device, iters=1).values()) for n in (new_tokens, 1)]
+        step_us = (sums[0] - sums[1]) / (new_tokens - 1)
+        row.update(step_gpu_us=round(step_us, 2), decode_over_kernels=round(row["decode_ms"] * 1e3 / step_us, 3))
     gen.release()
     return {**row, "lengths": lengths, "capture_s": round(capture_s, 2)}, tokens[:, prompt:]
 

@@ -63,21 +63,17 @@ class launching:
         return False
 
 
-def _arg_key(a):
-    if isinstance(a, torch.Tensor):
-        return a.dtype, not a.data_ptr() & 15
-    if type(a) is float:
-        return float  # specialized on its type only
-    return a  # ints, bools, None: their value
-
-
 def launch(t: torch.Tensor, kernel, grid: tuple, *args, **kwargs) -> None:
     """``kernel[grid](*args, **kwargs)`` on ``t``'s device and current stream. ``args`` are the
     kernel's leading parameters, ``kwargs`` the rest of them (its constexprs) and its launch
     options (``num_warps``, ...)."""
     fast = t.is_cuda and _fast_path_usable()
     if fast:
-        key = (kernel, t.device.index, tuple(map(_arg_key, args)), tuple(kwargs.items()))
+        # Tensors by dtype and 16-byte alignment, floats by their type only, ints / bools / None by value.
+        key = (kernel, t.device.index,
+               tuple([(a.dtype, not a.data_ptr() & 15) if isinstance(a, torch.Tensor) else float if type(a) is float else a
+                      for a in args]),
+               tuple(kwargs.items()))
         compiled = _COMPILED.get(key)
         if compiled is not None:
             names = kernel.arg_names
