@@ -17,7 +17,9 @@ users' loops run under: there every op call also passes the autograd dispatch ke
 ``x_bf16_host`` = nn.Linear's host_us / this row's (above 1: cheaper than bf16) in the
 same mode and grad mode; ``x_bf16_loop`` likewise for the loop. The kernel ops alone (eager)
 are rows too, for where the time goes: the public ops, the sm90 kernel ops they route to, and
-aten's ``empty`` and ``mm`` called the same way (``torch.ops``), the floor of any op call. The
+aten's ``empty`` and ``mm`` called the same way (``torch.ops``), the floor of any op call; and
+the fused producers (the op, and the eager wrapper that skips the dispatcher) beside the bf16
+ops they stand in for (residual add + RMSNorm, SiLU(gate) * up), on [M, K] activations. The
 model-level wall time is the model suite's (eager, compiled and ``reduce-overhead``, each with
 its GPU kernel sum).
 """
@@ -92,10 +94,28 @@ def _cases(m: int, n: int, k: int) -> dict[str, tuple[str, object]]:
         cases["op w8a8::quantize_per_token_sm90"] = ("eager", lambda: ops.quantize_per_token_sm90(x))
         cases["op w8a8::scaled_mm_sm90"] = ("eager", lambda: ops.scaled_mm_sm90(q, layer.weight, s, layer.weight_scale,
                                                                                 None, torch.bfloat16))
+    # The fused producers against the bf16 ops they stand in for in a Llama layer: the op (what a
+    # compiled graph calls), the eager wrapper (no dispatcher: what the fused modules call), and
+    # transformers' residual add + LlamaRMSNorm and SiLU(gate) * up as aten ops.
+    r, w, up = torch.randn_like(x), torch.randn(k, device="cuda", dtype=torch.bfloat16), torch.randn_like(x)
+    cases["op w8a8::add_rms_norm_quant"] = ("eager", lambda: ops.add_rms_norm_quant(x, r, w, 1e-5))
+    cases["w8a8.ops.rms_norm_quant, residual"] = ("eager", lambda: w8a8.ops.rms_norm_quant(x, w, 1e-5, residual=r))
+    cases["bf16 add + RMSNorm"] = ("eager", lambda: _add_rms_norm(x, r, w, 1e-5))
+    cases["op w8a8::silu_mul_quant"] = ("eager", lambda: ops.silu_mul_quant(x, up))
+    cases["w8a8.ops.silu_mul_quant"] = ("eager", lambda: w8a8.ops.silu_mul_quant(x, up))
+    cases["bf16 SiLU(gate) * up"] = ("eager", lambda: torch.nn.functional.silu(x) * up)
     aten = torch.ops.aten
     cases["op aten::empty"] = ("eager", lambda: aten.empty.memory_format([m, n], dtype=torch.bfloat16, device=x.device))
     cases["op aten::mm"] = ("eager", lambda: aten.mm.default(x, lin.weight.t()))
     return cases
+
+
+def _add_rms_norm(x, residual, weight, eps):
+    """transformers' residual add and LlamaRMSNorm, as aten ops (what add_rms_norm_quant replaces)."""
+    h = x + residual
+    v = h.float()
+    v = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * v.to(x.dtype), h
 
 
 def bench_shape(m: int, n: int, k: int) -> list[dict]:
