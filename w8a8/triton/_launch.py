@@ -27,14 +27,14 @@ import threading
 import torch
 
 _LOCK = threading.Lock()
+# (kernel, device index, key of the arguments) -> the compiled kernel Triton launched for them
+_COMPILED: dict = {}
 
 
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) for a >= 0, b > 0, the grids' arithmetic on the host: ``triton.cdiv`` is a
     constexpr function on recent Triton, whose call costs microseconds of Python."""
     return -(-a // b)
-# (kernel, device index, key of the arguments) -> the compiled kernel Triton launched for them
-_COMPILED: dict = {}
 
 
 class launching:
