@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="NxK,NxK,... (default: Llama-3 8B/70B; the split_k suite: its own decode grid)")
     p.add_argument("--m", type=harness.parse_ints, default=None,
                    help="token counts M, e.g. 16,64 or 1..256 (default: 1,16,...,8192; split_k: 1..128)")
-    p.add_argument("--k", type=harness.parse_ints, default=None, help="quant suite: K values (default 4096,14336)")
+    p.add_argument("--k", type=harness.parse_ints, default=None, help="quant suite: K values (default 4096,8192,14336,28672)")
     p.add_argument("--backends", default=None,
                    help="comma list of sm90, sm80, triton, reference, int_mm (default: what runs on the device)")
     p.add_argument("--sweep", action="store_true",

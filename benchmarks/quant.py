@@ -1,10 +1,13 @@
 """Quant suite: the per-token (dynamic) quantizers alone, against the bytes they must move.
 
-    python -m benchmarks --suites quant [--m 1,16,128,2048,8192] [--k 4096,14336] [--sweep] [--out DIR]
+    python -m benchmarks --suites quant [--m M,...] [--k K,...] [--sweep] [--out DIR]
 
 Bytes counted: x read once (bf16) + q written (int8) + scales written (fp32); ``ideal_us``
-is those bytes at the measured HBM rate. ``--sweep`` also times every Triton launch config
-candidate, to tune ``per_token_config``.
+is those bytes at the measured HBM rate. ``on_target``: at least TARGET_PCT_HBM % of that rate
+where the ideal time is at least TARGET_MIN_IDEAL_US, else within TARGET_SLACK_US of the ideal
+(below it, the launch dominates). The default grid: M = 1..8192 and the K values of the Llama-3
+8B / 70B projections. ``--sweep`` also times every Triton launch config candidate, to tune
+``per_token_config``.
 """
 from __future__ import annotations
 
@@ -40,15 +43,20 @@ def _cuda_quantizer_available() -> bool:
     return dispatch.unavailable_reason("quantize_per_token", "sm90", torch.device("cuda")) is None
 
 
-M_VALUES = (1, 16, 128, 2048, 8192)
-K_VALUES = (4096, 14336)
+M_VALUES = (1, 16, 128, 256, 512, 1024, 2048, 4096, 8192)
+K_VALUES = (4096, 8192, 14336, 28672)
+# The quantizer's target: a share of the HBM rate where moving its bytes takes long enough for
+# the rate to be reachable, else an absolute slack over the ideal time (launch-bound sizes).
+TARGET_PCT_HBM, TARGET_MIN_IDEAL_US, TARGET_SLACK_US = 85.0, 10.0, 1.5
 
 
 def _row(op: str, m: int, k: int, config: str, heuristic: bool, us: float, moved: int, ceilings: dict) -> dict:
     rate = ceilings["hbm_bytes_per_s"]
+    ideal, pct = moved / rate * 1e6, 100 * moved / (us * 1e-6) / rate
+    on_target = pct >= TARGET_PCT_HBM if ideal >= TARGET_MIN_IDEAL_US else us - ideal <= TARGET_SLACK_US
     return {"op": op, "impl": op, "M": m, "K": k, "config": config, "heuristic": heuristic, "us": round(us, 3),
-            "gbps": round(moved / us / 1e3, 1), "ideal_us": round(moved / rate * 1e6, 3),
-            "pct_hbm": round(100 * moved / (us * 1e-6) / rate, 1)}
+            "gbps": round(moved / us / 1e3, 1), "ideal_us": round(ideal, 3), "pct_hbm": round(pct, 1),
+            "on_target": on_target}
 
 
 def run(args, device: torch.device, ceilings: dict) -> list[dict]:
@@ -72,7 +80,7 @@ def run(args, device: torch.device, ceilings: dict) -> list[dict]:
                 rows.append(_row("quantize_per_token triton", m, k, repr(cfg), i == 0, t.us, moved, ceilings))
             for r in rows[start:]:
                 print(f"M={m:5d} K={k:5d} {r['op']:28s} {r['us']:8.2f} us (ideal {r['ideal_us']:7.2f}) "
-                      f"{r['pct_hbm']:5.1f}% of HBM", flush=True)
+                      f"{r['pct_hbm']:5.1f}% of HBM{'' if r['on_target'] else '  (off target)'}", flush=True)
     if args.out:
         harness.write_suite(args, "quant", rows, ceilings, {"kind": "activation quantization"}, device)
     return rows
