@@ -211,9 +211,8 @@ def model_modes() -> list[str]:
 
 def model_described() -> str:
     """What the model file measured, as its run described it."""
-    doc = load("model_h100.json")
-    head = f" (lm_head {doc['lm_head']})" if "lm_head" in doc else ""
-    return doc["model"][0].upper() + doc["model"][1:] + head
+    model = load("model_h100.json")["model"]
+    return model[0].upper() + model[1:]
 
 
 def model_summary(mode: str) -> str:

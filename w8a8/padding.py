@@ -28,9 +28,9 @@ def empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype, device: torch
           pad: bool | None = None) -> torch.Tensor:
     """``torch.empty(shape)`` whose storage holds ``padded_rows`` rows: a contiguous view of
     the first ``prod(shape[:-1])`` rows. ``pad`` None pads on a GPU only (the CPU kernels
-    gain nothing from it). The producers' outputs are allocated here, several per call on
-    their host path: the layout is planned once per (shape, pad), the storage comes from
-    torch's direct allocator where it serves the device."""
+    gain nothing from it). The layout is planned once per (shape, pad); the storage comes
+    from torch's direct allocator where it serves the device (``_allocate``, which
+    ``empty_outputs`` shares)."""
     if not isinstance(shape, tuple):  # (torch.Size is one)
         shape = tuple(shape)
     if type(device) is not torch.device:
