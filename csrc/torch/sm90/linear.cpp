@@ -34,6 +34,7 @@
 #include "torch/device_info.h"
 #include "torch/messages.h"
 #include "torch/ops.h"
+#include "torch/views.h"
 
 namespace w8a8 {
 namespace {
@@ -95,12 +96,11 @@ at::Tensor linear_sm90_after_checks(const at::Tensor& x, const at::Tensor& weigh
   const at::Tensor buffer = at::empty({input_scale.has_value() ? out_bytes + padded * k : scale_offset + 4 * padded},
                                       x.options().dtype(at::kByte));
   at::Tensor out_padded;
-  if (one_buffer) out_padded = buffer.narrow(0, 0, out_size).view(x.scalar_type()).view({padded, n});
-  const at::Tensor q_padded = buffer.narrow(0, out_bytes, padded * k).view(at::kChar).view({padded, k});
-  at::Tensor q = q_padded.narrow(0, 0, m);
+  if (one_buffer) out_padded = carve(buffer, x.scalar_type(), {padded, n}, 0);
+  const at::Tensor q_padded = carve(buffer, at::kChar, {padded, k}, out_bytes);
+  at::Tensor q = carve(buffer, at::kChar, {m, k}, out_bytes);
   const at::Tensor a_scale_padded =
-      input_scale.has_value() ? *input_scale
-                              : buffer.narrow(0, scale_offset, 4 * padded).view(at::kFloat).view({padded, 1});
+      input_scale.has_value() ? *input_scale : carve(buffer, at::kFloat, {padded, 1}, scale_offset);
   ScaledMmSm90Params params;  // no split request
   params.m = padded;
   params.n = n;
@@ -113,11 +113,11 @@ at::Tensor linear_sm90_after_checks(const at::Tensor& x, const at::Tensor& weigh
   if (input_scale.has_value()) {
     quantize_static_checked(kOp, rows, q, *input_scale, input_zero_point, gemm.plan.cutlass);
   } else {
-    at::Tensor a_scale = a_scale_padded.narrow(0, 0, m);
+    at::Tensor a_scale = carve(buffer, at::kFloat, {m, 1}, scale_offset);
     quantize_per_token_checked(kOp, rows, q, a_scale, gemm.plan.cutlass);
   }
   const at::Tensor out = run_scaled_mm_sm90_checked(kOp, gemm);
-  return out.narrow(0, 0, m).view(out_shape);
+  return leading(out, out_shape);
 }
 
 }  // namespace w8a8

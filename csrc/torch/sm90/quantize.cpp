@@ -25,6 +25,7 @@
 #include "torch/device_info.h"
 #include "torch/messages.h"
 #include "torch/ops.h"
+#include "torch/views.h"
 
 namespace w8a8 {
 namespace {
@@ -74,7 +75,7 @@ at::Tensor quantize_static_op(const at::Tensor& x, const at::Tensor& scale,
   if (x.numel() == 0) return q;  // also K == 0
   const int64_t k = x.size(-1);
   check_kernels(op, x, k);
-  at::Tensor q_rows = q.view({-1, k});
+  at::Tensor q_rows = leading(q, {x.numel() / k, k});
   quantize_static_checked(op, quantizer_rows(x, k), q_rows, scale, zero_point);
   return q;
 }
@@ -90,18 +91,20 @@ std::tuple<at::Tensor, at::Tensor> quantize_per_token_sm90_after_checks(const at
   const c10::cuda::CUDAGuard guard(x.device());
   std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
   scale_shape.back() = 1;
-  at::Tensor q = at::empty({padded * k}, x.options().dtype(at::kChar)).narrow(0, 0, m * k).view(x.sizes());
-  at::Tensor scale = at::empty({padded}, x.options().dtype(at::kFloat)).narrow(0, 0, m).view(scale_shape);
+  const at::Tensor q_storage = at::empty({padded * k}, x.options().dtype(at::kChar));
+  const at::Tensor scale_storage = at::empty({padded}, x.options().dtype(at::kFloat));
+  at::Tensor q = leading(q_storage, x.sizes());
+  at::Tensor scale = leading(scale_storage, scale_shape);
   if (x.numel() == 0) return {q, scale};
   check_kernels(op, x, k);
-  at::Tensor q_rows = q.view({-1, k});
-  at::Tensor scale_rows = scale.view({-1, 1});
+  at::Tensor q_rows = leading(q_storage, {m, k});
+  at::Tensor scale_rows = leading(scale_storage, {m, 1});
   quantize_per_token_checked(op, quantizer_rows(x, k), q_rows, scale_rows);
   return {q, scale};
 }
 
 at::Tensor quantizer_rows(const at::Tensor& x, int64_t k) {
-  at::Tensor rows = x.reshape({-1, k});
+  at::Tensor rows = as_rows(x, k);
   // The kernels step rows by a pitch >= K (a broadcast x, stride 0, is copied) and read
   // K with unit stride (a single element per row has no K stride to speak of).
   if ((rows.size(0) > 1 && rows.stride(0) < k) || (k > 1 && rows.stride(1) != 1)) rows = rows.contiguous();

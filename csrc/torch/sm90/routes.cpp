@@ -32,6 +32,7 @@
 #include "torch/messages.h"
 #include "torch/op_namespace.h"
 #include "torch/ops.h"
+#include "torch/views.h"
 
 namespace w8a8 {
 namespace {
@@ -190,7 +191,7 @@ at::Tensor linear_route(const at::Tensor& x, const at::Tensor& weight, const at:
   // The definition: quantize x's rows, then scaled_mm, shaped [..., N].
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = n;
-  at::Tensor rows = x.reshape({-1, k});
+  at::Tensor rows = as_rows(x, k);
   if (k > 1 && rows.stride(-1) != 1) rows = rows.contiguous();
   at::Tensor out;
   if (!input_scale.has_value()) {
@@ -200,7 +201,7 @@ at::Tensor linear_route(const at::Tensor& x, const at::Tensor& weight, const at:
     const at::Tensor q = quantize_static_route(rows, *input_scale, input_zero_point);
     out = scaled_mm_route(q, weight, *input_scale, weight_scale, bias, x.scalar_type());
   }
-  return out.reshape(out_shape);
+  return reshaped(out, out_shape);
 }
 
 // The kernel family a public op runs on `device` (operands the CUTLASS kernels cannot take

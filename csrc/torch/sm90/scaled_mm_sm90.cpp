@@ -42,6 +42,7 @@
 #include "torch/device_info.h"
 #include "torch/messages.h"
 #include "torch/ops.h"
+#include "torch/views.h"
 
 #ifndef W8A8_SM90_ARCHS
 #error "W8A8_SM90_ARCHS (the archs of the sm90 kernels, from setup.py's SM90_ARCHS) is not defined"
@@ -156,7 +157,7 @@ at::Tensor widened(const at::Tensor& t, int64_t rows) {
   if (t.dim() != 2 || rows <= t.size(0) || t.size(1) == 0) return {};
   const int64_t last = t.storage_offset() + (rows - 1) * t.stride(0) + (t.size(1) - 1) * t.stride(1);
   if ((last + 1) * static_cast<int64_t>(t.element_size()) > static_cast<int64_t>(t.storage().nbytes())) return {};
-  return t.as_strided({rows, t.size(1)}, t.strides(), t.storage_offset());
+  return with_rows(t, rows);
 }
 
 at::Tensor scaled_mm_sm90_after_checks(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
@@ -190,8 +191,8 @@ at::Tensor scaled_mm_sm90_after_checks(const at::Tensor& a, const at::Tensor& b,
                                       : widened(a_scale.dim() == 2 ? a_scale : a_scale.reshape({params.m, -1}), rows);
     if (wide_a.defined() && wide_scale.defined()) {
       params.m = rows;
-      return scaled_mm_sm90_checked(kOp, params, wide_a, b, wide_scale, b_scale, bias, out_dtype, info)
-          .narrow(0, 0, a.size(0));
+      return leading(scaled_mm_sm90_checked(kOp, params, wide_a, b, wide_scale, b_scale, bias, out_dtype, info),
+                     {a.size(0), params.n});
     }
   }
   return scaled_mm_sm90_checked(kOp, params, a, b, a_scale, b_scale, bias, out_dtype, info);
