@@ -6,7 +6,8 @@ closely the kernels follow it).
   writes LlamaRMSNorm / LlamaMLP, then ``quantize_per_token``: bit-identical on the CPU.
 * Every kernel against the reference: codes and scales bit-identical to
   ``quantize_per_token`` of the kernel's own normed / product, ``sum`` bit-identical,
-  normed and product within ``FUSED_TOL`` of the reference's; odd M, 3-D inputs, K edges
+  each row of normed the reference's formula at a 1 / rms within ``RSTD_ULPS`` of the
+  reference's, the product within ``FUSED_TOL`` of the reference's; odd M, 3-D inputs, K edges
   (one block, a partial block, the streaming path), row-strided inputs (gate / up as the
   halves of one [M, 2F] tensor), every dtype, zero / Inf / NaN rows, M = 0, outputs
   poisoned before the kernels write them.

@@ -13,11 +13,13 @@ Exactness (beyond ``fused_common.py``'s):
 * ``sum`` is bit-identical: one fp32 add rounded to dt, as the reference.
 * normed: the mean's fp32 summation order cannot match torch's, and torch.rsqrt (the
   reference's, as transformers calls it) is within 1 ulp on the CPU, not correctly
-  rounded, so rstd can differ from the reference's by an ulp or two of fp32. For fp16
-  and bf16 that moves a rare element of n = dt(s * rstd) by one unit in the last place
-  of dt, which ``weight * n`` can widen to two in normed (|weight| * ulp(n) spans up to
-  two ulps of the product's binade); tests: within 2 ulp, >= 99.9% of elements equal.
-  For fp32, where nothing rounds it away, most elements of such a row differ by a few ulp.
+  rounded, so rstd can differ from the reference's by an ulp or two of fp32; the rest is
+  the reference's arithmetic, so each row of normed is exactly the reference's formula at
+  that rstd (tests: at some rstd within 4 ulp of the reference's). For fp16 and bf16 that
+  moves elements of n = dt(s * rstd) by one unit in the last place of dt, which
+  ``weight * n`` can widen to two in normed: usually a rare element, in a row whose rstd
+  lies near a rounding boundary of many products many of them. For fp32, where nothing
+  rounds it away, most elements of such a row differ by a few ulp.
 """
 from __future__ import annotations
 
