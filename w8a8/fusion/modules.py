@@ -69,13 +69,7 @@ class SharedInput:
         self.offsets = [0]
         for m in members:
             self.offsets.append(self.offsets[-1] + m.out_features)
-        # (first column, width, count) of each run of members of one width: q, then k and v together
-        self.runs: list[tuple[int, int, int]] = []
-        for a, m in zip(self.offsets, members):
-            if self.runs and self.runs[-1][1] == m.out_features:
-                self.runs[-1] = (*self.runs[-1][:2], self.runs[-1][2] + 1)
-            else:
-                self.runs.append((a, m.out_features, 1))
+        self.widths = [m.out_features for m in members]
         self.weight = self.weight_scale = self.bias = None
         self.merged = False
         self._rows = None  # per member, the addresses of its weight, weight_scale and bias rows in the merged tensors
@@ -232,20 +226,16 @@ class SharedInput:
 
     def _all(self, x, codes, scales, contiguous: bool) -> list[torch.Tensor]:
         """Every member's output from one GEMM over the merged weights: column slices of its
-        output, or (``contiguous``, more than one row) contiguous blocks as nn.Linear gives,
-        copied out with one copy per run of members of one width (q; k and v)."""
+        output, or (``contiguous``, more than one row) contiguous tensors as nn.Linear gives,
+        copied out by one op (one kernel on CUDA: the host time of a copy per member, of
+        slicing and viewing them, is what a short forward pays for)."""
         m0, lead = self.members[0], x.shape[:-1]
         out = ops.scaled_mm(codes, self.weight, scales, self.weight_scale, self.bias, x.dtype, backend=m0.backend)
-        rows = out.shape[0]
-        if not contiguous or rows == 1:
-            out = out.view(*lead, out.shape[-1])
+        out = out.view(*lead, out.shape[-1])
+        if not contiguous or out.numel() == out.shape[-1]:  # (one row: its slices are contiguous)
             return [out[..., a:b] for a, b in zip(self.offsets, self.offsets[1:])]
-        blocks = padding.empty((out.numel(),), out.dtype, out.device, pad=False)
-        outs = []
-        for a, n, count in self.runs:
-            run = blocks[rows * a:rows * (a + n * count)].view(count, rows, n)
-            run.permute(1, 0, 2).copy_(out[:, a:a + n * count].view(rows, count, n))
-            outs += [run[j].view(*lead, n) for j in range(count)]
+        outs = [padding.empty((*lead, n), out.dtype, out.device, pad=False) for n in self.widths]
+        torch.split_with_sizes_copy(out, self.widths, dim=-1, out=outs)
         return outs
 
     @staticmethod
