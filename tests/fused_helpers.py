@@ -151,13 +151,11 @@ def assert_normed_rows(normed: torch.Tensor, s: torch.Tensor, weight: torch.Tens
     """Each row of normed is exactly ``reference.rms_norm``'s formula for that row of s at a
     1 / rms within RSTD_ULPS fp32 ulps of the reference's (NaN where that gives NaN)."""
     k = normed.shape[-1]
-    out, sf = normed.cpu().reshape(-1, k), s.cpu().reshape(-1, k).float()
-    w = weight.cpu().float()
-    bits = torch.rsqrt(sf.pow(2).mean(-1, keepdim=True) + eps).view(torch.int32)  # as the reference
+    out, rows, w = normed.cpu().reshape(-1, k), s.cpu().reshape(-1, k), weight.cpu()
+    bits = reference.rms_rstd(rows, eps).view(torch.int32)
     explained = torch.zeros(out.shape[0], dtype=torch.bool)
     for step in range(-RSTD_ULPS, RSTD_ULPS + 1):
-        n = (sf * (bits + step).view(torch.float32)).to(out.dtype)
-        formula = (w * n.float()).to(out.dtype)
+        formula = reference.rms_norm_at(rows, w, (bits + step).view(torch.float32))
         explained |= ((formula == out) | (formula.isnan() & out.isnan())).all(-1)
     rows = (~explained).nonzero().flatten().tolist()
     assert not rows, f"normed: rows {rows[:8]} ({len(rows)} of {out.shape[0]}) are the reference's formula at no 1 / rms within {RSTD_ULPS} ulp of its own"

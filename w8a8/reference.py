@@ -149,10 +149,18 @@ def quantize_weight_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 def rms_norm(s: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """``normed`` of the module docstring: LlamaRMSNorm of s [..., K] with weight [K], in s's dtype."""
+    return rms_norm_at(s, weight, rms_rstd(s, eps))
+
+
+def rms_rstd(s: torch.Tensor, eps: float) -> torch.Tensor:
+    """``rsqrt(var + eps)`` of the module docstring: fp32 [..., 1], torch's mean and rsqrt."""
+    return torch.rsqrt(s.float().pow(2).mean(-1, keepdim=True) + eps)
+
+
+def rms_norm_at(s: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor) -> torch.Tensor:
+    """``normed`` of s at the given fp32 1 / rms [..., 1]: the two roundings to s's dtype."""
     dt = s.dtype
-    sf = s.float()
-    var = sf.pow(2).mean(-1, keepdim=True)
-    n = (sf * torch.rsqrt(var + eps)).to(dt)
+    n = (s.float() * rstd).to(dt)
     return (weight.float() * n.float()).to(dt)
 
 
