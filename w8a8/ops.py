@@ -1,9 +1,9 @@
 """The w8a8 ops: every schema defined once, the fakes beside them, typed public wrappers.
 
 One public op per operation, each with a CPU implementation (the exact reference) and a
-CUDA implementation: where ``w8a8._C`` is built, the C++ router (``csrc/torch/sm90/routes.cpp``)
-for ``scaled_mm``, ``linear`` and the quantizers, which picks the kernel for the device and
-the operands; the Triton kernels for the fused producers (their only GPU kernels), and for
+CUDA implementation: where ``w8a8._C`` is built, the C++ router (``csrc/torch/sm90/routes.cpp``),
+which picks the kernel for the device and the operands and launches the fused producers' Triton
+kernels (their only GPU kernels) from C++ once Python has launched them; the Triton kernels for
 every op where ``w8a8._C`` is not built:
 
     w8a8::quantize_per_token(Tensor x) -> (Tensor, Tensor)
@@ -203,11 +203,10 @@ for _name, _impl in _TRITON.items():
     for _key in ("CPU", "CUDA"):  # CPU: Triton's interpreter (tests)
         _lib.impl(f"{_name}_triton", _impl, _key)
 _lib.impl("linear", _reference_linear, "CPU")
-# On a GPU: the fused producers run their Triton kernel; the other public ops the C++ router,
-# registered by w8a8._C, or, without it, the Triton kernels.
-_ROUTED = ("scaled_mm", "linear", "quantize_per_token", "quantize_static")
-for _name in ("rms_norm_quant", "add_rms_norm_quant", "silu_mul_quant"):
-    _lib.impl(_name, _TRITON[_name], "CUDA")
+# On a GPU: the C++ router, registered by w8a8._C (the fused producers' Triton kernels launched from
+# C++ there), or, without it, the Triton kernels.
+_ROUTED = ("scaled_mm", "linear", "quantize_per_token", "quantize_static", "rms_norm_quant", "add_rms_norm_quant",
+           "silu_mul_quant")
 if not dispatch.load("_C")[0]:
     for _name in _ROUTED:
         _lib.impl(_name, _triton_linear if _name == "linear" else _TRITON[_name], "CUDA")
@@ -243,13 +242,17 @@ if not dispatch.load("_C")[0]:
 PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
+# Where w8a8._C is built, the fused producers' CUDA implementation is C++ and the wrappers call the op.
+_PRODUCERS_IN_CXX = bool(dispatch.load("_C")[0])
+
+
 def _triton_eager(*tensors: torch.Tensor) -> bool:
     """Whether a fused producer's wrapper may call its Triton kernel (the op's only GPU kernel)
-    without the dispatcher: every input a plain CUDA tensor, none asked for a gradient (the
-    op's autograd entry raises inference-only), nothing tracing. The op's CUDA implementation
-    is that same function; the round trip through the dispatcher into Python costs more host
-    time than the launch (compile and export see the op)."""
-    if torch.compiler.is_compiling():
+    without the dispatcher, where w8a8._C is not built: every input a plain CUDA tensor, none
+    asked for a gradient (the op's autograd entry raises inference-only), nothing tracing. The
+    op's CUDA implementation is then that same function; the round trip through the dispatcher
+    into Python costs more host time than the launch (compile and export see the op)."""
+    if _PRODUCERS_IN_CXX or torch.compiler.is_compiling():
         return False
     grad = torch.is_grad_enabled()
     return all(type(t) in PLAIN_TENSORS and t.is_cuda and not (grad and t.requires_grad) for t in tensors)

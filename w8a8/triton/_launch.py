@@ -19,6 +19,10 @@
   Triton compiled for it directly (``CompiledKernel.run``, as ``JITFunction.run`` ends),
   skipping the binding; any other call takes Triton's own path, which also fills the cache.
   Launch hooks (profilers) and the interpreter always take Triton's path.
+* The C++ ops repeat a launch without Python (``csrc/torch/triton_launch.h``): ``launch_for_op``
+  hands the compiled kernel, its grid and its parameter layout to ``w8a8._C``'s registry, once per
+  key, for the op whose C++ implementation launches the same kernel with the same arguments. The
+  op's name, with the arguments' signature, must determine every constexpr and the grid.
 """
 from __future__ import annotations
 
@@ -29,6 +33,9 @@ import torch
 _LOCK = threading.Lock()
 # (kernel, device index, key of the arguments) -> the compiled kernel Triton launched for them
 _COMPILED: dict = {}
+# key -> the compiled kernel handed to w8a8._C for an op (or None: one it cannot launch); kept so
+# that the function C++ holds stays loaded.
+_TOLD: dict = {}
 
 
 def cdiv(a: int, b: int) -> int:
@@ -67,6 +74,22 @@ def launch(t: torch.Tensor, kernel, grid: tuple, *args, **kwargs) -> None:
     """``kernel[grid](*args, **kwargs)`` on ``t``'s device and current stream. ``args`` are the
     kernel's leading parameters, ``kwargs`` the rest of them (its constexprs) and its launch
     options (``num_warps``, ...)."""
+    _launch(None, t, kernel, grid, args, kwargs)
+
+
+def launch_for_op(op: str, t: torch.Tensor, kernel, grid: tuple, *args, **kwargs) -> None:
+    """``launch``, as the C++ implementation of the op ``op`` launches it: the kernel it compiled
+    is handed to that op, which launches it itself for arguments of the same signature (``args``
+    as C++ passes them; ``op`` and their signature fix ``kwargs`` and ``grid``)."""
+    _launch(op, t, kernel, grid, args, kwargs)
+
+
+def forget_told() -> None:
+    """Tests: hand every kernel to C++ again (after ``torch.ops.w8a8._forget_triton``)."""
+    _TOLD.clear()
+
+
+def _launch(op, t, kernel, grid, args, kwargs) -> None:
     fast = t.is_cuda and _fast_path_usable()
     if fast:
         # Tensors by dtype and 16-byte alignment, floats by their type only, ints / bools / None by value.
@@ -81,11 +104,96 @@ def launch(t: torch.Tensor, kernel, grid: tuple, *args, **kwargs) -> None:
             stream = torch._C._cuda_getCurrentRawStream(t.device.index)
             compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
                          compiled.function, compiled.packed_metadata, None, None, None, *values)
+            if op is not None and key not in _TOLD:
+                _tell(op, key, t, kernel, compiled, grid, args)
             return
     with launching(t):
         compiled = kernel[grid](*args, **kwargs)
     if fast and all(name in kwargs for name in kernel.arg_names[len(args):]):
         _COMPILED[key] = compiled
+        if op is not None and key not in _TOLD:
+            _tell(op, key, t, kernel, compiled, grid, args)
+
+
+def _tell(op: str, key, t: torch.Tensor, kernel, compiled, grid: tuple, args: tuple) -> None:
+    """Hands ``compiled`` (launched for ``op`` with ``args`` on ``grid``) to w8a8._C's registry,
+    where it is built and the kernel is one it can launch."""
+    layout = _parameter_layout(kernel, compiled, len(args))
+    _TOLD[key] = compiled if layout is not None else None
+    if layout is None or not _cxx_loaded():
+        return
+    params, threads, shared, scratch = layout
+    tensors, ints, floats, kinds = [], [], [], []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            tensors.append(a)
+            kinds.append("t")
+        elif type(a) is float:
+            floats.append(a)
+            kinds.append("f")
+        else:
+            ints.append(int(a))
+            kinds.append("i")
+    grid3 = [int(grid[0]), int(grid[1]) if len(grid) > 1 else 1, int(grid[2]) if len(grid) > 2 else 1]
+    torch.ops.w8a8._remember_triton(op, tensors, ints, floats, "".join(kinds), params, int(compiled.function), grid3,
+                                    threads, shared, scratch)
+
+
+# Triton's signature types of the parameters C++ passes: pointers, i32, i64, fp32.
+_PARAMETER = {"i32": "i", "i64": "l", "fp32": "f"}
+
+
+def _parameter_layout(kernel, compiled, n_args: int):
+    """How C++ passes a compiled kernel's ``n_args`` leading arguments (per argument 'P' pointer,
+    'i' / 'l' / 'f' i32 / i64 / fp32, '-' made a constant by Triton), the block's threads, the
+    dynamic shared memory and the count of trailing scratch pointers (passed null); None where
+    the launch needs more than that (a parameter after them, a type above, scratch memory,
+    clusters, cooperative or programmatic launch)."""
+    src, meta = compiled.src, compiled.metadata
+    names = kernel.arg_names
+
+    def index(k):
+        return names.index(k) if isinstance(k, str) else (k[0] if isinstance(k, tuple) else k)
+
+    signature = {index(k): v for k, v in src.signature.items()}
+    constants = {index(k) for k in getattr(src, "constants", {})}
+    params = []
+    for i in range(len(names)):
+        ty = signature.get(i, "constexpr")
+        constant = ty == "constexpr" or i in constants
+        if i >= n_args:
+            if not constant:
+                return None
+        elif constant:
+            params.append("-")
+        elif ty.startswith("*"):
+            params.append("P")
+        elif ty in _PARAMETER:
+            params.append(_PARAMETER[ty])
+        else:
+            return None
+    scratch = 0
+    for size in ("global_scratch_size", "profile_scratch_size"):
+        if hasattr(meta, size):
+            if getattr(meta, size):
+                return None
+            scratch += 1
+    if (getattr(meta, "num_ctas", 1) != 1 or getattr(meta, "launch_cooperative_grid", False)
+            or getattr(meta, "launch_pdl", False)):
+        return None
+    return "".join(params), 32 * meta.num_warps, meta.shared, scratch
+
+
+_CXX: list = []
+
+
+def _cxx_loaded() -> bool:
+    """Whether w8a8._C (the registry) is loaded."""
+    if not _CXX:
+        from w8a8 import dispatch
+
+        _CXX.append(bool(dispatch.load("_C")[0]))
+    return _CXX[0]
 
 
 def _fast_path_usable() -> bool:

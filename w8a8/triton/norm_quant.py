@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from w8a8.triton._launch import cdiv, launch
+from w8a8.triton._launch import cdiv, launch_for_op
 from w8a8.triton.fused_common import _outputs, _round_to
 from w8a8.triton.quant import _accumulate_stats, _as_rows, _quantize_rows, _row_scales, _row_stats
 from w8a8.triton.quant_configs import fused_config
@@ -159,9 +159,11 @@ def rms_norm_quant(
         r2 = _as_rows(residual) if residual is not None else x2
         rows = x2.shape[0]
         cfg = fused_config(k, rows)
-        launch(x2, _rms_norm_quant_kernel, (cdiv(rows, cfg.rows),),
-               x2, r2, weight, q, scale, normed, total if total is not None else normed,
-               rows, k, x2.stride(0), r2.stride(0), float(eps),
-               HAS_RESIDUAL=residual is not None, ROWS=cfg.rows, BLOCK_K=cfg.block_k,
-               SINGLE_PASS=cfg.single_pass, num_warps=cfg.num_warps)
+        # The op's C++ implementation launches it again with these arguments (csrc/torch/sm90/routes.cpp).
+        launch_for_op("rms_norm_quant" if residual is None else "add_rms_norm_quant", x2, _rms_norm_quant_kernel,
+                      (cdiv(rows, cfg.rows),),
+                      x2, r2, weight, q, scale, normed, total if total is not None else normed,
+                      rows, k, x2.stride(0), r2.stride(0), float(eps),
+                      HAS_RESIDUAL=residual is not None, ROWS=cfg.rows, BLOCK_K=cfg.block_k,
+                      SINGLE_PASS=cfg.single_pass, num_warps=cfg.num_warps)
     return outputs

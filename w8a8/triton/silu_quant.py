@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from w8a8.triton._launch import cdiv, launch
+from w8a8.triton._launch import cdiv, launch, launch_for_op
 from w8a8.triton.fused_common import _INTERPRET, _outputs, _round_to, _to_dt
 from w8a8.triton.quant import _FLT_MAX, _RINT_MAGIC, _as_rows, _quantize_rows, _row_scales
 from w8a8.triton.quant_configs import FUSED_SILU_PROGRAMS_PER_SM, fused_config
@@ -360,8 +360,11 @@ def silu_mul_quant(
         groups = cdiv(rows, cfg.rows)
         if cfg.single_pass:  # FUSED_SILU_PROGRAMS_PER_SM a SM loop over the row groups (the kernel's docstring)
             groups = min(groups, _sm_count(g2.device) * FUSED_SILU_PROGRAMS_PER_SM)
-        launch(g2, _silu_mul_quant_kernel, (groups,),
-               g2, u2, q, scale, product if product is not None else q, rows, f, g2.stride(0), u2.stride(0),
-               ROWS=cfg.rows, BLOCK_K=cfg.block_k, SINGLE_PASS=cfg.single_pass,
-               STORE_PRODUCT=product is not None, num_warps=cfg.num_warps)
+        args = (g2, u2, q, scale, product if product is not None else q, rows, f, g2.stride(0), u2.stride(0))
+        options = dict(ROWS=cfg.rows, BLOCK_K=cfg.block_k, SINGLE_PASS=cfg.single_pass,
+                       STORE_PRODUCT=product is not None, num_warps=cfg.num_warps)
+        if product is None:  # the op's C++ implementation launches it again with these arguments (routes.cpp)
+            launch_for_op("silu_mul_quant", g2, _silu_mul_quant_kernel, (groups,), *args, **options)
+        else:
+            launch(g2, _silu_mul_quant_kernel, (groups,), *args, **options)
     return q, scale

@@ -12,10 +12,12 @@
 // Operands the CUTLASS kernels cannot take (cutlass_reason) run the Triton GEMM, warned once
 // with the reason. linear runs the single op (quantizer + GEMM in one call, codes row-padded)
 // up to kLinearSingleOpMaxTokens tokens on sm90, quantize then scaled_mm otherwise.
-// The fused producer ops (rms_norm_quant, silu_mul_quant, ...) have Triton as their only GPU
-// kernel: w8a8/ops.py registers it.
+// The fused producer ops (rms_norm_quant, add_rms_norm_quant, silu_mul_quant) have Triton as their
+// only GPU kernel: launched from here where Python launched it before for arguments of the same
+// signature (torch/triton_launch.h), else through w8a8::<op>_triton.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -24,6 +26,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include "common/padded_rows.h"
@@ -32,6 +36,7 @@
 #include "torch/messages.h"
 #include "torch/op_namespace.h"
 #include "torch/ops.h"
+#include "torch/triton_launch.h"
 #include "torch/views.h"
 
 namespace w8a8 {
@@ -204,6 +209,118 @@ at::Tensor linear_route(const at::Tensor& x, const at::Tensor& weight, const at:
   return reshaped(out, out_shape);
 }
 
+// --- the fused producers -----------------------------------------------------------------------
+//
+// Their Triton kernel (w8a8/triton/norm_quant.py, silu_quant.py) launched from here with the
+// arguments its Python wrapper passes, for the plain operands below (each term implies one of the
+// op's rules, as validate.py's _plain_* expressions do), where Python launched it before for
+// arguments of the same signature. Anything else, and a signature launched for the first time,
+// runs w8a8::<op>_triton: it checks the operands (raising with the rules' words), launches, and
+// remembers the launch for the next call.
+
+using RmsNormQuantSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, double);
+using AddRmsNormQuantSig = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                                      const at::Tensor&, double);
+using SiluMulQuantSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&);
+
+template <class Sig>
+c10::TypedOperatorHandle<Sig> find_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+// x [..., K] fp16 / bf16 / fp32 on a CUDA device, 1 <= K <= MAX_K, unit stride along K, not empty.
+bool plain_rows(const at::Tensor& x) {
+  const at::ScalarType dt = x.scalar_type();
+  if (dt != at::kHalf && dt != at::kBFloat16 && dt != at::kFloat) return false;
+  if (x.dim() < 1 || !x.is_cuda() || x.numel() == 0) return false;
+  const int64_t k = x.size(-1);
+  return k >= 1 && k <= checks::kMaxK && x.stride(-1) == 1;
+}
+
+// t of x's shape, dtype and device, unit stride along K.
+bool plain_like(const at::Tensor& t, const at::Tensor& x) {
+  return t.scalar_type() == x.scalar_type() && t.sizes() == x.sizes() && t.stride(-1) == 1 && t.device() == x.device();
+}
+
+// The norm's operands: x plain, weight [K] of x's dtype with unit stride on x's device, eps finite and >= 0.
+bool plain_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return plain_rows(x) && weight.scalar_type() == x.scalar_type() && weight.dim() == 1 &&
+         weight.size(0) == x.size(-1) && weight.stride(0) == 1 && weight.device() == x.device() && eps >= 0 &&
+         eps < std::numeric_limits<double>::infinity();
+}
+
+// A producer's outputs as w8a8/padding.py's empty_outputs allocates them: codes int8 [..., K] and
+// scales fp32 [..., 1] in storage of padded_rows(M) rows, then n_float contiguous [..., K] of x's dtype.
+std::vector<at::Tensor> producer_outputs(const at::Tensor& x, int n_float) {
+  const int64_t k = x.size(-1), m = x.numel() / k, padded = padded_rows(m);
+  std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
+  scale_shape.back() = 1;
+  std::vector<at::Tensor> out;
+  out.reserve(2 + n_float);
+  out.push_back(leading(at::empty({padded * k}, x.options().dtype(at::kChar)), x.sizes()));
+  out.push_back(leading(at::empty({padded}, x.options().dtype(at::kFloat)), scale_shape));
+  for (int i = 0; i < n_float; ++i) out.push_back(at::empty(x.sizes(), x.options()));
+  return out;
+}
+
+// A row stride as the Python wrapper passes it, x.reshape(-1, k).stride(0): k for a single row
+// (torch's view gives a one-row tensor the packed stride; the kernel never steps it).
+int64_t wrapper_row_stride(const at::Tensor& rows, int64_t k) { return rows.size(0) == 1 ? k : rows.stride(0); }
+
+// The norm kernel's launch (norm_quant.rms_norm_quant's arguments); empty where not remembered.
+std::vector<at::Tensor> launch_norm_quant(const char* op, const at::Tensor& x, const at::Tensor* residual,
+                                          const at::Tensor& weight, double eps) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t k = x.size(-1);
+  std::vector<at::Tensor> out = producer_outputs(x, residual == nullptr ? 1 : 2);
+  const at::Tensor x2 = as_rows(x, k);
+  const at::Tensor r2 = residual == nullptr ? x2 : as_rows(*residual, k);
+  TritonArgs args;
+  args.tensor(x2).tensor(r2).tensor(weight).tensor(out[0]).tensor(out[1]).tensor(out[2]).tensor(out.back());
+  args.integer(x2.size(0)).integer(k).integer(wrapper_row_stride(x2, k)).integer(wrapper_row_stride(r2, k)).real(eps);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  if (!launch_remembered_triton(op, x.device().index(), args, stream)) out.clear();
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rms_norm_quant_route(const at::Tensor& x, const at::Tensor& weight,
+                                                                    double eps) {
+  if (plain_norm(x, weight, eps)) {
+    const std::vector<at::Tensor> out = launch_norm_quant("rms_norm_quant", x, nullptr, weight, eps);
+    if (!out.empty()) return {out[0], out[1], out[2]};
+  }
+  static const auto triton = find_op<RmsNormQuantSig>("w8a8::rms_norm_quant_triton");
+  return triton.call(x, weight, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_rms_norm_quant_route(const at::Tensor& x,
+                                                                                    const at::Tensor& residual,
+                                                                                    const at::Tensor& weight,
+                                                                                    double eps) {
+  if (plain_norm(x, weight, eps) && plain_like(residual, x)) {
+    const std::vector<at::Tensor> out = launch_norm_quant("add_rms_norm_quant", x, &residual, weight, eps);
+    if (!out.empty()) return {out[0], out[1], out[2], out[3]};
+  }
+  static const auto triton = find_op<AddRmsNormQuantSig>("w8a8::add_rms_norm_quant_triton");
+  return triton.call(x, residual, weight, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor> silu_mul_quant_route(const at::Tensor& gate, const at::Tensor& up) {
+  if (plain_rows(gate) && plain_like(up, gate)) {
+    const c10::cuda::CUDAGuard guard(gate.device());
+    const int64_t f = gate.size(-1);
+    const std::vector<at::Tensor> out = producer_outputs(gate, 0);
+    const at::Tensor g2 = as_rows(gate, f), u2 = as_rows(up, f);
+    TritonArgs args;  // silu_quant.silu_mul_quant's arguments (no product stored: codes passed in its place)
+    args.tensor(g2).tensor(u2).tensor(out[0]).tensor(out[1]).tensor(out[0]);
+    args.integer(g2.size(0)).integer(f).integer(wrapper_row_stride(g2, f)).integer(wrapper_row_stride(u2, f));
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(gate.device().index()).stream();
+    if (launch_remembered_triton("silu_mul_quant", gate.device().index(), args, stream)) return {out[0], out[1]};
+  }
+  static const auto triton = find_op<SiluMulQuantSig>("w8a8::silu_mul_quant_triton");
+  return triton.call(gate, up);
+}
+
 // The kernel family a public op runs on `device` (operands the CUTLASS kernels cannot take
 // aside): "sm90", "sm80" or "triton". The CUDA per-token quantizer where it is built (sm_90),
 // Triton's elsewhere. [evidence quant.cuda-default]
@@ -236,6 +353,9 @@ TORCH_LIBRARY_IMPL(W8A8_OPS, CUDA, m) {
   m.impl("linear", &w8a8::linear_route);
   m.impl("quantize_per_token", &w8a8::quantize_per_token_route);
   m.impl("quantize_static", &w8a8::quantize_static_route);
+  m.impl("rms_norm_quant", &w8a8::rms_norm_quant_route);
+  m.impl("add_rms_norm_quant", &w8a8::add_rms_norm_quant_route);
+  m.impl("silu_mul_quant", &w8a8::silu_mul_quant_route);
 }
 
 // No tensor arguments: a CompositeExplicitAutograd kernel also serves the empty dispatch key set.
