@@ -16,7 +16,7 @@ eager and compiled.
   ``dynamic=None``: the first token count compiles a static graph, the second one a graph
   with a dynamic token count that serves the rest; M = 1 is specialised) and
   ``torch.compile(model, mode="reduce-overhead")`` (Inductor's CUDA graphs);
-  ``torch._dynamo.reset()`` before each model's compile. On the CPU compile is skipped
+  ``torch._dynamo.reset()`` before each mode. On the CPU compile is skipped
   (minutes of C++ builds for a smoke test); its rows say so in ``skipped``.
 * GPU time per forward: the sum of the CUDA kernel times ``torch.profiler`` records for
   one forward; WARMUP forwards, then PROFILED forwards each profiled on its own (a
@@ -24,9 +24,11 @@ eager and compiled.
   reported with its per-kernel breakdown into buckets (KERNEL_BUCKETS). Wall time, eager:
   the median of WALL_ROUNDS rounds in each of which bf16 and every variant run one
   synchronised forward in turn, so that a drift of the host's speed during the run reaches
-  them alike, all of it before any model is compiled; compiled: the median of WALL
-  synchronised forwards right after the profile (``torch._dynamo.reset()`` before the next
-  model's compile drops the earlier model's graphs, so compiled models cannot take turns).
+  them alike, all of it before any model is compiled; compiled, the same rounds over the
+  compiled models, all held in one dynamo cache per mode (each model's graphs for the token
+  count built and profiled first, with its graph pass set); reduce-overhead, each model's
+  rounds on their own (Inductor's CUDA-graph trees redo work when another model's graphs ran
+  in between, which a user's loop over one model never does).
   On the CPU there are no kernels: wall time only, the bucket and bound fields None.
 * ``x_bf16`` compares GPU time (the kernel sums), ``x_bf16_wall`` the wall time a user's loop
   sees; ``host_bound`` marks a row whose wall time is more than 1.1x its GPU time.
@@ -49,7 +51,6 @@ from w8a8.demo import LLAMA_SIZES
 
 WARMUP = 3
 PROFILED = 5
-WALL = 10
 WALL_ROUNDS = 15
 # eager; torch.compile(model) in its default mode; torch.compile(model, mode="reduce-overhead")
 # (Inductor's CUDA graphs).
@@ -101,11 +102,6 @@ def forward(model, ids: torch.Tensor) -> torch.Tensor:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def wall_us(fn, device: torch.device, iters: int = WALL) -> float:
-    """Median synchronised wall time of ``fn()`` in us (after WARMUP calls)."""
-    return interleaved_wall_us({"fn": fn}, device, iters)["fn"]
 
 
 def interleaved_wall_us(fns: dict, device: torch.device, rounds: int = WALL_ROUNDS) -> dict[str, float]:
@@ -186,13 +182,12 @@ def breakdown(kernels: dict[str, tuple[float, int]]) -> dict:
             "quant_share": round(buckets["quant"] / gpu, 4) if gpu else None}
 
 
-def measure(model, ids, device: torch.device, wall: bool = True) -> tuple[dict, torch.Tensor]:
-    """One (model, mode, tokens) measurement: timings, buckets, and the last 64 rows of the output (fp32, CPU)
-    for the check. ``wall=False``: no wall time here (``set_wall`` fills it in later)."""
+def measure(model, ids, device: torch.device) -> tuple[dict, torch.Tensor]:
+    """One (model, mode, tokens) measurement: GPU time, buckets, and the last 64 rows of the output (fp32,
+    CPU) for the check; ``set_wall`` adds the wall time, measured with the other models'."""
     with torch.inference_mode():
         fn = lambda: forward(model, ids)  # noqa: E731
         out = fn()[0, -64:].float().cpu()
-        wall_time = wall_us(fn, device) if wall else None
         kernels = kernel_us(fn, device)
     row = {"gpu_us": None, "kernels_per_forward": None, "unmatched": None,
            **{f"{b}_us": None for b in BUCKETS}, **{f"{b}_launches": None for b in BUCKETS},
@@ -200,8 +195,6 @@ def measure(model, ids, device: torch.device, wall: bool = True) -> tuple[dict, 
     if kernels is not None:
         row.update(breakdown(kernels))
     row["timing"] = "profiler kernel sum" if row["gpu_us"] is not None else "wall (no CUDA kernels)"
-    if wall_time is not None:
-        set_wall(row, wall_time)
     return row, out
 
 
@@ -295,30 +288,38 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
     inputs = {m: torch.randint(0, config.vocab_size, (1, m), generator=gen).to(device) for m in tokens}
     results, outputs = {}, {}
 
-    def run(impl, model, graph_pass, run_modes):
-        for mode in run_modes:
-            skipped = None
-            if mode != "eager" and device.type != "cuda":
-                skipped = "torch.compile not run on the CPU (slow C++ builds)"
-            if mode != "eager" and not skipped:
-                torch._dynamo.reset()
-                _graph_pass(graph_pass)
-                # what a user writes: the second token count recompiles once, dynamic
-                runner = torch.compile(model) if mode == "compile" else torch.compile(model, mode=mode)
-            else:
-                runner = model
-            for m in tokens:
-                base = {"impl": impl, "mode": mode, "M": m, "tokens": m}
-                if skipped:
-                    results[impl, mode, m] = {**base, "skipped": skipped}
-                    continue
-                row, outputs[impl, mode, m] = measure(runner, inputs[m], device, wall=mode != "eager")
-                results[impl, mode, m] = {**base, **row}
+    def run(mode: str, runners: dict) -> None:
+        """Every model's rows of ``mode`` (``runners``: impl -> what to call): per token count, each
+        model profiled in turn (its graph pass set for what it compiles), then their wall times
+        interleaved: one synchronised forward each per round, so a drift of the host's speed
+        reaches them alike (reduce-overhead: model after model, as a user's loop calls one)."""
+        for m in tokens:
+            for impl, runner in runners.items():
+                counters["w8a8"].clear()
+                _graph_pass(models[impl][1])
+                row, outputs[impl, mode, m] = measure(runner, inputs[m], device)
+                results[impl, mode, m] = {"impl": impl, "mode": mode, "M": m, "tokens": m, **row}
+                if impl in fusion and mode != "eager":  # summed over the variant's compiled graphs
+                    passes = fusion[impl].setdefault("graph_pass", {})
+                    for key, count in counters["w8a8"].items():
+                        passes[key] = passes.get(key, 0) + count
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
+            with torch.inference_mode():
+                calls = {impl: (lambda runner=runner, ids=inputs[m]: forward(runner, ids))
+                         for impl, runner in runners.items()}
+                if mode == "reduce-overhead":  # CUDA-graph trees redo work when another model's graphs ran between
+                    walls = {impl: interleaved_wall_us({impl: call}, device)[impl] for impl, call in calls.items()}
+                else:
+                    walls = interleaved_wall_us(calls, device)
+                for impl, wall in walls.items():
+                    set_wall(results[impl, mode, m], wall)
 
-    # Every model eager first, their wall times interleaved, before anything is compiled (an eager
-    # user's process compiles nothing); then each model's compiled modes.
+    # Every model eager first, before anything is compiled (an eager user's process compiles
+    # nothing); then each compiled mode, every model compiled into one dynamo cache (a reset per
+    # mode, none between models: each model's graphs stay, guarded by its modules).
+    from torch._dynamo.utils import counters
+
     models = {"bf16": (bf16_model, False)}
     fusion = {}
     for impl in variants:
@@ -326,23 +327,19 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
         models[impl] = (copy.deepcopy(bf16_model), graph_pass)
         report = w8a8.quantize_model(models[impl][0], progress=False, **keywords)
         fusion[impl] = {"eager": None if report.fusion is None else report.fusion.summary()}
-    eager = "eager" in modes
-    for impl, (model, graph_pass) in models.items():
-        run(impl, model, graph_pass, ("eager",) if eager else ())
-    with torch.inference_mode():
-        for m in tokens if eager else ():
-            calls = {impl: (lambda model=model, ids=inputs[m]: forward(model, ids))
-                     for impl, (model, _) in models.items()}
-            for impl, wall in interleaved_wall_us(calls, device).items():
-                set_wall(results[impl, "eager", m], wall)
-    from torch._dynamo.utils import counters
-
-    compiled = tuple(mode for mode in modes if mode != "eager")
-    for impl, (model, graph_pass) in models.items():
-        counters["w8a8"].clear()
-        run(impl, model, graph_pass, compiled)
-        if impl in fusion:
-            fusion[impl]["graph_pass"] = dict(counters["w8a8"])  # summed over the variant's compiled graphs
+    if "eager" in modes:
+        run("eager", {impl: model for impl, (model, _) in models.items()})
+    for mode in (mode for mode in modes if mode != "eager"):
+        if device.type != "cuda":
+            for impl in models:
+                for m in tokens:
+                    results[impl, mode, m] = {"impl": impl, "mode": mode, "M": m, "tokens": m,
+                                              "skipped": "torch.compile not run on the CPU (slow C++ builds)"}
+            continue
+        torch._dynamo.reset()
+        # what a user writes: the second token count recompiles once, dynamic
+        run(mode, {impl: torch.compile(model) if mode == "compile" else torch.compile(model, mode=mode)
+                   for impl, (model, _) in models.items()})
     _graph_pass(True)
     models.clear()
     rows = []
@@ -364,8 +361,8 @@ def run_suite(tokens: list[int], device: torch.device, size: str | None = None, 
                  "fusion": fusion,
                  "compile": "torch.compile(model) (mode compile) and torch.compile(model, mode='reduce-overhead'): "
                             "dynamic=None (static first graph, then one "
-                            "with a dynamic token count); dynamo reset between models",
-                 "warmup": WARMUP, "profiled_forwards": PROFILED, "wall_forwards": WALL, "eager_wall_rounds": WALL_ROUNDS,
+                            "with a dynamic token count); dynamo reset between modes, the models' graphs side by side",
+                 "warmup": WARMUP, "profiled_forwards": PROFILED, "wall_rounds": WALL_ROUNDS,
                  "kernel_buckets": [list(p) for p in KERNEL_BUCKETS]}
     return rows, described
 

@@ -33,13 +33,12 @@ PRODUCT = {
                         f"{_RUN} --suites quant"),
     "model_h100.json": ("transformers Llama at Llama-3-8B widths, 4 layers: bf16, w8a8, w8a8-unfused; eager, "
                         "compiled, reduce-overhead; GPU and wall time", f"{_RUN} --suites model"),
-    "model_h100-eager.json": ("the model suite on the current build of the C++ ops, eager only: w8a8 and w8a8-unfused",
-                              f"{_RUN} --suites model --modes eager --variants w8a8,w8a8-unfused --tag h100-eager"),
-    "model_h100-compile.json": ("the model suite on the current build of the C++ ops, compiled (default mode) only: "
-                                "w8a8 at 1..512 tokens", f"{_RUN} --suites model --modes compile --variants w8a8 "
-                                "--m 1,16,128,512 --tag h100-compile"),
     "generate_h100.json": ("greedy generation, the same model at 32 layers: `w8a8.Generator` and transformers' "
                            "eager generate", f"{_RUN} --suites generate"),
+    "generate_h100-prefill.json": ("the generate suite on the current build of the C++ ops at a 128-token prompt, "
+                                   "batch 1: graph, eager and mixed-sampled recipes",
+                                   f"{_RUN} --suites generate --prompts 128 --batches 1 --recipes "
+                                   "graph,eager,mixed-sampled --tag h100-prefill"),
     "host_h100.json": ("host cost per call, one 4096 x 4096 layer at M = 1, 16, 128: `nn.Linear` against `W8A8Linear`, "
                        "eager and compiled; the public ops alone; the fused producers beside the bf16 ops they "
                        "replace", f"{_RUN} --suites host"),
@@ -53,8 +52,8 @@ PEERS = {"w8a8 sm90": "sm90", "w8a8 triton": "triton", "torch._int_mm (int32 out
          "torch._int_mm + dequant (eager)": "`_int_mm` + dequant, eager",
          "torch._int_mm + dequant (compiled)": "`_int_mm` + dequant, compiled"}
 MODEL_MODES = ("eager", "compile", "reduce-overhead")  # those the model file holds are shown
-# Partial model runs on the current build of the C++ ops (model_h100.json is the full grid of an earlier one).
-MODEL_RERUNS = ("model_h100-eager.json", "model_h100-compile.json")
+# Partial generate runs on the current build of the C++ ops (generate_h100.json is the full grid of an earlier one).
+GENERATE_RERUNS = ("generate_h100-prefill.json",)
 
 
 @functools.lru_cache(maxsize=None)
@@ -151,14 +150,6 @@ def model_table(mode: str) -> list[str]:
                    "x bf16 wall", "% of bound", "quantizers"] + (["unfused x bf16 GPU"] if unfused else []), out)
 
 
-def model_rerun_table() -> list[str]:
-    """The model re-runs on the current build (MODEL_RERUNS): x bf16 in GPU and in wall time, same run."""
-    rows = [r for name in MODEL_RERUNS for r in load(name)["rows"] if r["impl"] != "bf16"]
-    body = [[str(r["M"]), r["mode"], r["impl"], f"{r['x_bf16']:.2f}", f"**{r['x_bf16_wall']:.2f}**"]
-            for r in sorted(rows, key=lambda r: (r["mode"], r["impl"], r["M"]))]
-    return _table(["tokens", "mode", "impl", "x bf16 GPU", "x bf16 wall"], body)
-
-
 def _grad_note(row: dict) -> str:
     """' no_grad' for a host row measured under torch.no_grad (rows without the field: inference_mode)."""
     grad = row.get("grad", "inference_mode")
@@ -174,9 +165,9 @@ def host_table() -> list[str]:
                   body)
 
 
-def generate_table() -> list[str]:
+def generate_table(name: str = "generate_h100.json") -> list[str]:
     """Prefill and decode per recipe, bf16 and W8A8 side by side."""
-    rows = load("generate_h100.json")["rows"]
+    rows = load(name)["rows"]
     at = {(r["recipe"], r["impl"], r["prompt"], r["batch"]): r for r in rows}
     out = []
     for (recipe, _, prompt, batch), w in at.items():
@@ -299,11 +290,6 @@ def render_markdown(plots: bool = True) -> str:
         "standalone launches per forward + fused ones (norms, SiLU-and-mul).",
         *[line for mode in model_modes() for line in ["", f"`{mode}`:", "", *model_table(mode)]],
         *(["", "![model speed-ups](model_h100.png)"] if plots else []),
-        "",
-        "The same suite on the current build of the C++ ops (the tables above are an earlier build's), eager and "
-        "compiled default mode only:",
-        "",
-        *model_rerun_table(),
         *(_h("Host cost per call") + ["One 4096 x 4096 layer, bf16 activations.", "", *host_table()] if host else []),
         *_h("Generation: greedy `generate`, transformers Llama at Llama-3-8B widths, 32 layers"),
         "Random prompts, 128 greedy tokens (eager: 16). `graph`: `w8a8.Generator(model, prefill_graphs=True)`, the "
@@ -313,6 +299,11 @@ def render_markdown(plots: bool = True) -> str:
         "",
         *generate_table(),
         *(["", "![generation speed-ups](generate_h100.png)"] if plots else []),
+        "",
+        "The same suite on the current build of the C++ ops (the table above is an earlier build's), at a 128-token "
+        "prompt and batch 1:",
+        "",
+        *[line for name in GENERATE_RERUNS for line in generate_table(name)],
         *_h("Kernel: `scaled_mm`, int8 activations in (x bf16)"),
         *m_table(kern, "w8a8 sm90"),
         "",
