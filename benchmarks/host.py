@@ -18,7 +18,7 @@ users' loops run under: there every op call also passes the autograd dispatch ke
 same mode and grad mode; ``x_bf16_loop`` likewise for the loop. The kernel ops alone (eager)
 are rows too, for where the time goes: the public ops, the sm90 kernel ops they route to, and
 aten's ``empty`` and ``mm`` called the same way (``torch.ops``), the floor of any op call; and
-the fused producers (the op, and the eager wrapper that skips the dispatcher) beside the bf16
+the fused producers (the op, and the eager wrapper the fused modules call) beside the bf16
 ops they stand in for (residual add + RMSNorm, SiLU(gate) * up), on [M, K] activations. The
 model-level wall time is the model suite's (eager, compiled and ``reduce-overhead``, each with
 its GPU kernel sum).
@@ -95,8 +95,9 @@ def _cases(m: int, n: int, k: int) -> dict[str, tuple[str, object]]:
         cases["op w8a8::scaled_mm_sm90"] = ("eager", lambda: ops.scaled_mm_sm90(q, layer.weight, s, layer.weight_scale,
                                                                                 None, torch.bfloat16))
     # The fused producers against the bf16 ops they stand in for in a Llama layer: the op (what a
-    # compiled graph calls), the eager wrapper (no dispatcher: what the fused modules call), and
-    # transformers' residual add + LlamaRMSNorm and SiLU(gate) * up as aten ops.
+    # compiled graph calls), the eager wrapper (what the fused modules call: the op where w8a8._C
+    # is built, else the Triton kernel without the dispatcher), and transformers' residual add +
+    # LlamaRMSNorm and SiLU(gate) * up as aten ops.
     r, w, up = torch.randn_like(x), torch.randn(k, device="cuda", dtype=torch.bfloat16), torch.randn_like(x)
     cases["op w8a8::add_rms_norm_quant"] = ("eager", lambda: ops.add_rms_norm_quant(x, r, w, 1e-5))
     cases["w8a8.ops.rms_norm_quant, residual"] = ("eager", lambda: w8a8.ops.rms_norm_quant(x, w, 1e-5, residual=r))
