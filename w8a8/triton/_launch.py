@@ -91,6 +91,7 @@ def forget_told() -> None:
 
 def _launch(op, t, kernel, grid, args, kwargs) -> None:
     fast = t.is_cuda and _fast_path_usable()
+    compiled = None
     if fast:
         # Tensors by dtype and 16-byte alignment, floats by their type only, ints / bools / None by value.
         key = (kernel, t.device.index,
@@ -104,23 +105,24 @@ def _launch(op, t, kernel, grid, args, kwargs) -> None:
             stream = torch._C._cuda_getCurrentRawStream(t.device.index)
             compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
                          compiled.function, compiled.packed_metadata, None, None, None, *values)
-            if op is not None and key not in _TOLD:
-                _tell(op, key, t, kernel, compiled, grid, args)
+    if compiled is None:
+        with launching(t):
+            compiled = kernel[grid](*args, **kwargs)
+        if not (fast and all(name in kwargs for name in kernel.arg_names[len(args):])):
             return
-    with launching(t):
-        compiled = kernel[grid](*args, **kwargs)
-    if fast and all(name in kwargs for name in kernel.arg_names[len(args):]):
         _COMPILED[key] = compiled
-        if op is not None and key not in _TOLD:
-            _tell(op, key, t, kernel, compiled, grid, args)
+    if op is not None and key not in _TOLD:
+        _tell(op, key, t, kernel, compiled, grid, args)
 
 
 def _tell(op: str, key, t: torch.Tensor, kernel, compiled, grid: tuple, args: tuple) -> None:
     """Hands ``compiled`` (launched for ``op`` with ``args`` on ``grid``) to w8a8._C's registry,
     where it is built and the kernel is one it can launch."""
+    from w8a8 import dispatch
+
     layout = _parameter_layout(kernel, compiled, len(args))
     _TOLD[key] = compiled if layout is not None else None
-    if layout is None or not _cxx_loaded():
+    if layout is None or not dispatch.load("_C")[0]:
         return
     params, threads, shared, scratch = layout
     tensors, ints, floats, kinds = [], [], [], []
@@ -182,18 +184,6 @@ def _parameter_layout(kernel, compiled, n_args: int):
             or getattr(meta, "launch_pdl", False)):
         return None
     return "".join(params), 32 * meta.num_warps, meta.shared, scratch
-
-
-_CXX: list = []
-
-
-def _cxx_loaded() -> bool:
-    """Whether w8a8._C (the registry) is loaded."""
-    if not _CXX:
-        from w8a8 import dispatch
-
-        _CXX.append(bool(dispatch.load("_C")[0]))
-    return _CXX[0]
 
 
 def _fast_path_usable() -> bool:
