@@ -4,8 +4,10 @@ CPU, a tiny random transformers Llama, float32 and W8A8. The filtering against t
 own logits processors on the same logits, bit for bit; seeded runs reproducible; top_k=1 equal
 to greedy token for token; the tokens equal transformers' sampled generate under the same
 torch seed; sampling with eos and a streamer; greedy calls never reach the sampler; every
-refusal's words, before any work.
+refusal's words, before any work. On a GPU: the pick captured in a graph after the decode
+graph draws the eager pick's tokens, and leaves the generator where the eager pick does.
 """
+import copy
 import math
 
 import pytest
@@ -17,6 +19,7 @@ from w8a8.generation import Generator  # noqa: E402
 from w8a8.generation import sampling  # noqa: E402
 from w8a8.generation.sampling import Sampler  # noqa: E402
 from generator_helpers import Recorder, _one_thread, tiny_llama  # noqa: E402,F401  (_one_thread: autouse)
+from helpers import requires_cuda  # noqa: E402
 
 VOCAB = 256
 NEW = 16
@@ -121,6 +124,34 @@ def test_seeded_runs_reproducible(models, impl):
     torch.manual_seed(7)
     assert torch.equal(b, gen.generate(ids, NEW, do_sample=True, top_p=0.9))
     assert torch.equal(a[:, :5], ids)
+
+
+@requires_cuda
+@pytest.mark.parametrize("impl", ["float", "w8a8"])
+def test_graph_pick_equals_eager_pick(models, impl):
+    """With graphs the pick after each decode step is a graph of its own: its tokens equal those of
+    the Generator without graphs under the same generator state (a seeded generator, and torch's
+    default one), the generator's state after the call is the same, and a seeded run repeats."""
+    model = copy.deepcopy(models[impl]).cuda()
+    ids = _ids().cuda()
+    graphs, eager = Generator(model), Generator(model, cuda_graph=False)
+
+    def seeded(seed):
+        return torch.Generator("cuda").manual_seed(seed)
+
+    for setting in (dict(), dict(temperature=0.7, top_k=20, top_p=0.9)):
+        a, g = seeded(3), seeded(3)
+        tokens = graphs.generate(ids, NEW, do_sample=True, generator=a, **setting)
+        assert torch.equal(tokens, eager.generate(ids, NEW, do_sample=True, generator=g, **setting)), setting
+        assert torch.equal(a.get_state(), g.get_state())
+        assert torch.equal(tokens, graphs.generate(ids, NEW, do_sample=True, generator=seeded(3), **setting))
+        assert not torch.equal(tokens, graphs.generate(ids, NEW))  # sampled, not greedy
+    torch.manual_seed(9)
+    tokens = graphs.generate(ids, NEW, do_sample=True, top_p=0.9)
+    torch.manual_seed(9)
+    assert torch.equal(tokens, eager.generate(ids, NEW, do_sample=True, top_p=0.9))
+    assert sum(len(slot.samplers) for slot in graphs._slots.values()) == 3  # the picks ran as graphs
+    assert all(not slot.samplers for slot in eager._slots.values())
 
 
 @pytest.mark.parametrize("impl", ["float", "w8a8"])

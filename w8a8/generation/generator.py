@@ -42,9 +42,11 @@ its first call) and each ``StaticLayer``'s ``update`` (one ``cache_write`` launc
 for every model the Generator runs, quantized or not.
 
 Sampling (``do_sample=True``: temperature, top-k, top-p) and the repetition penalty
-(transformers' semantics, stated in ``w8a8/generation/sampling.py``) run after each step,
-eagerly, outside the graph: the graph is the greedy one, unchanged, and the token picked
-there overwrites the greedy one in the id buffer before the next replay. Greedy calls without
+(transformers' semantics, stated in ``w8a8/generation/sampling.py``) run after each step: the
+decode graph is the greedy one, unchanged, and the token picked after it overwrites the greedy
+one in the id buffer before the next replay. With graphs, sampling without a penalty is a
+second graph per slot and sampling setting, replayed after the decode graph (the draws equal
+the eager ones under the same generator state); a penalty runs eagerly. Greedy calls without
 a penalty run none of it.
 
 Prompts of different lengths go in one call left-padded, with transformers'
@@ -98,6 +100,8 @@ class _Slot:
     kernels: bool = False  # the steps run w8a8.generation.kernels's kernels (Generator's ``kernels``)
     # prefill_graphs: prompt length -> (graph, its input ids [B, P], its last logits [B, V])
     prefills: dict = dataclasses.field(default_factory=dict)
+    # Sampler.graph_key -> the graph that picks the next token from ``logits`` into ``ids``
+    samplers: dict = dataclasses.field(default_factory=dict)
     # A slot for left-padded batches (left_padding.py): each row's padding length [B, 1], the cache
     # positions [1, L] and the decode step's attention mask [B, 1, 1, L], rewritten every step.
     pads: torch.Tensor | None = None
@@ -147,6 +151,7 @@ class Generator:
         self.prefill_graphs = prefill_graphs
         self._slots: dict[tuple[int, int, bool], _Slot] = {}
         self._pool = None  # one CUDA graph memory pool for every slot's graph
+        self._rng = None  # the generator the sampling graphs draw from (_sampling_graph)
         # the modeling modules whose attention calls a module-level apply_rotary_pos_emb
         self._rope_modules = sorted({sys.modules[type(m).__module__] for m in model.modules()
                                      if hasattr(m, "layer_idx") and callable(getattr(
@@ -233,22 +238,65 @@ class Generator:
         return slot
 
     def _graphed(self, slot: _Slot, step) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        """``step()`` warmed up on a side stream (lazy cache allocation, kernel selection, Triton
-        compiles), then captured; the cache the warm-up wrote into is reset. Returns the graph
-        and the captured step's output."""
+        """``step()`` warmed up and captured (``_warmed_capture``), the slot's cache reset before
+        each warm-up run and after the capture. Returns the graph and the captured step's output."""
+        graph, out = self._warmed_capture(step, before=slot.cache.reset)
+        slot.cache.reset()
+        return graph, out
+
+    def _warmed_capture(self, step, before=None, rng: torch.Generator | None = None):
+        """``step()`` warmed up twice on a side stream (lazy allocations, kernel selection, Triton
+        compiles; ``before()`` ahead of each run), then captured into the Generator's memory pool,
+        with ``rng`` (a generator the step draws from) registered with the graph. Returns the
+        graph and the captured step's output."""
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(2):
-                slot.cache.reset()
+                if before is not None:
+                    before()
                 step()
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
+        if rng is not None:
+            graph.register_generator_state(rng)
         with torch.cuda.graph(graph, pool=self._pool):
             out = step()
         self._pool = graph.pool()
-        slot.cache.reset()
         return graph, out
+
+    def _sampling_graph(self, slot: _Slot, sampler: Sampler) -> torch.cuda.CUDAGraph | None:
+        """The slot's graph of ``sampler``'s pick from the decode graph's logits into ``slot.ids``
+        (captured on first use; it writes ``slot.ids``: call it before the prompt runs), drawing
+        from the Generator's own generator (``_drawing`` lends it the call's state); None where
+        the pick is not captured (no decode graph, greedy, a penalty)."""
+        key = sampler.graph_key
+        if slot.graph is None or key is None:
+            return None
+        if key not in slot.samplers:
+            if self._rng is None:
+                self._rng = torch.Generator(self.device)
+            rng = self._rng
+            # (the decode graph's logits hold nothing before its first replay: the warm-up draws from zeros)
+            slot.samplers[key], _ = self._warmed_capture(
+                lambda: slot.ids.copy_(sampler.next_tokens(slot.logits, generator=rng)), before=slot.logits.zero_,
+                rng=rng)
+        return slot.samplers[key]
+
+    @contextlib.contextmanager
+    def _drawing(self, sampler: Sampler):
+        """Inside the block the sampling graphs draw as the call's generator would (the device's
+        default one for None): its state lent to the Generator's own generator, which the graphs
+        are registered with, and handed back after with the draws made."""
+        source = sampler.generator
+        if source is None:
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            source = torch.cuda.default_generators[index]
+        self._rng.set_state(source.get_state())
+        try:
+            yield
+        finally:
+            source.set_state(self._rng.get_state())
 
     def _capture(self, slot: _Slot) -> None:
         slot.graph, slot.logits = self._graphed(slot, lambda: self._step(slot))
@@ -421,6 +469,7 @@ class Generator:
             streamer.put(input_ids.cpu())
         try:
             slot = self.slot(batch, prompt + max_new_tokens, padded=pads is not None)
+            sampling = self._sampling_graph(slot, sampler)
             # The row's tokens so far, prompt then new ones: what the repetition penalty reads each step.
             seen = torch.empty(batch, prompt + max_new_tokens, dtype=torch.long, device=self.device)
             seen[:, :prompt] = input_ids
@@ -431,16 +480,19 @@ class Generator:
             logits = [first.clone()] if output_logits else None
             new[:, 0] = slot.ids[:, 0]
             done = 1
-            for i in range(1, max_new_tokens):
-                if stops.every and i % stops.every == 0 and stops.check(new[:, stops.checked:i].cpu()):
-                    break
-                step_logits = self.decode(slot)
-                if sampler.active:
-                    slot.ids.copy_(sampler.next_tokens(step_logits, seen[:, :prompt + i], pads))
-                if output_logits:
-                    logits.append(step_logits.clone())
-                new[:, i] = slot.ids[:, 0]
-                done = i + 1
+            with self._drawing(sampler) if sampling is not None else contextlib.nullcontext():
+                for i in range(1, max_new_tokens):
+                    if stops.every and i % stops.every == 0 and stops.check(new[:, stops.checked:i].cpu()):
+                        break
+                    step_logits = self.decode(slot)
+                    if sampling is not None:
+                        sampling.replay()
+                    elif sampler.active:
+                        slot.ids.copy_(sampler.next_tokens(step_logits, seen[:, :prompt + i], pads))
+                    if output_logits:
+                        logits.append(step_logits.clone())
+                    new[:, i] = slot.ids[:, 0]
+                    done = i + 1
             if stops.every and stops.checked < done:  # the tokens since the last read
                 stops.check(new[:, stops.checked:done].cpu())
             length = stops.length(done)

@@ -20,10 +20,12 @@ then, greedy, the argmax; with ``do_sample``:
 then one ``torch.multinomial`` draw from their softmax, with ``generator`` (a
 ``torch.Generator`` on the model's device; None: torch's default generator).
 
-All of it runs on the logits' device, eagerly, and reads nothing on the host. On a GPU the
-Generator replays its decode graph unchanged (the graph writes its greedy token into the
-slot's id buffer) and then overwrites that buffer with the token picked here (``Generator.generate``);
-the draws are not in the graph, so the generator's state needs no registering with it. A
+All of it runs on the logits' device and reads nothing on the host. On a GPU the Generator
+replays its decode graph unchanged (the graph writes its greedy token into the slot's id
+buffer) and then overwrites that buffer with the token picked here (``Generator.generate``):
+sampled without a penalty, by replaying a graph of ``next_tokens`` on the decode graph's
+logits (one per slot and ``graph_key``, the generator's state registered with it, so each
+replay draws as the eager call would); with a penalty, whose rows grow every step, eagerly. A
 greedy call without a penalty never comes here.
 """
 from __future__ import annotations
@@ -87,6 +89,14 @@ class Sampler:
         self.top_p = top_p
         self.generator = generator
 
+    @property
+    def graph_key(self):
+        """What a captured ``next_tokens(logits)`` depends on (None where it cannot be captured:
+        greedy, or a penalty, which reads the rows' tokens so far)."""
+        if not self.do_sample or self.penalty != 1.0:
+            return None
+        return self.temperature, self.top_k, self.top_p
+
     def warp(self, logits: torch.Tensor) -> torch.Tensor:
         """The logits [B, V] after temperature, top-k and top-p (filtered ones -inf), in float32."""
         scores = logits.float()
@@ -103,17 +113,18 @@ class Sampler:
         return scores
 
     def next_tokens(self, logits: torch.Tensor, seen: torch.Tensor | None = None,
-                    ignored: torch.Tensor | None = None) -> torch.Tensor:
+                    ignored: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
         """One token per row [B, 1] (int64) from the logits [B, V]: with a penalty, the logits of
         ``seen`` [B, L] (the row's tokens so far; the first ``ignored`` [B, 1] of each row, its
         left padding, excluded) penalized first; then the argmax, or with do_sample a draw from
-        the softmax of ``warp``."""
+        the softmax of ``warp`` (with ``generator`` where given, else the call's)."""
         scores = logits.float()
         if self.penalty != 1.0:
             scores = penalize(scores, seen, self.penalty, ignored)
         if not self.do_sample:
             return scores.argmax(dim=-1, keepdim=True)
-        return torch.multinomial(self.warp(scores).softmax(dim=-1), num_samples=1, generator=self.generator)
+        return torch.multinomial(self.warp(scores).softmax(dim=-1), num_samples=1,
+                                 generator=self.generator if generator is None else generator)
 
 
 def penalize(scores: torch.Tensor, seen: torch.Tensor, penalty: float, ignored: torch.Tensor | None = None):
