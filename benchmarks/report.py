@@ -39,6 +39,10 @@ PRODUCT = {
                                    "batch 1: graph, eager and mixed-sampled recipes",
                                    f"{_RUN} --suites generate --prompts 128 --batches 1 --recipes "
                                    "graph,eager,mixed-sampled --tag h100-prefill"),
+    "generate_h100-mixed.json": ("the generate suite's mixed-sampled recipe on the current build (the sampled pick "
+                                 "captured per step): a 128-token prompt, batches 1 and 16",
+                                 f"{_RUN} --suites generate --prompts 128 --batches 1,16 --recipes mixed-sampled "
+                                 "--tag h100-mixed"),
     "host_h100.json": ("host cost per call, one 4096 x 4096 layer at M = 1, 16, 128: `nn.Linear` against `W8A8Linear`, "
                        "eager and compiled; the public ops alone; the fused producers beside the bf16 ops they "
                        "replace", f"{_RUN} --suites host"),
@@ -53,7 +57,7 @@ PEERS = {"w8a8 sm90": "sm90", "w8a8 triton": "triton", "torch._int_mm (int32 out
          "torch._int_mm + dequant (compiled)": "`_int_mm` + dequant, compiled"}
 MODEL_MODES = ("eager", "compile", "reduce-overhead")  # those the model file holds are shown
 # Partial generate runs on the current build of the C++ ops (generate_h100.json is the full grid of an earlier one).
-GENERATE_RERUNS = ("generate_h100-prefill.json",)
+GENERATE_RERUNS = ("generate_h100-prefill.json", "generate_h100-mixed.json")
 
 
 @functools.lru_cache(maxsize=None)

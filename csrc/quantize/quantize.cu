@@ -93,8 +93,10 @@ struct Launch {
 
   // Outside the serving shapes, rows held in registers: up to 512 vectors (bf16: K <= 4096)
   // by the fewest of 32..128 threads with at most 4 vectors each (32 values, the Triton
-  // kernel's optimum at K = 4096); longer rows by 256 or 512 threads with up to 8 vectors
-  // each; rows beyond that take two passes. [evidence quant.cuda-throughput-shapes]
+  // kernel's optimum at K = 4096); longer rows by 256 or 512 threads with the fewest of 4, 7
+  // or 8 vectors each that hold the row (bf16: 256 x 4 at K = 8192, 256 x 7 at 14336, 512 x 7
+  // at 28672; a slot past the row's end is a load and registers for nothing); rows beyond that
+  // take two passes. [evidence quant.cuda-throughput-shapes]
   template <int kVec, int kThreadsPerRow, int kRowVecs>
   static void launch_per_token(const QuantizeParams& p, float* scale, cudaStream_t stream) {
     constexpr int kThreads = block_threads<kThreadsPerRow>();
@@ -122,7 +124,7 @@ struct Launch {
   static int64_t serving_rows(int64_t vecs) { return vecs <= 256 * 2 ? 512 : 384; }
 
   // Serving rows: one row per block, 256 or 512 threads with 2 to 8 vectors each: 256 x 2 at
-  // K = 4096, 512 x 2 at 8192, 512 x 4 at 14336, 512 x 8 at 28672 (bf16); the fastest of every
+  // K = 4096, 512 x 2 at 8192, 512 x 4 at 14336, 512 x 7 at 28672 (bf16); the fastest of every
   // 256 / 512 / 1024-thread shape and of a row over a cluster. [evidence quant.cuda-serving-shapes]
   template <int kVec>
   static void per_token_serving(const QuantizeParams& p, float* scale, cudaStream_t stream) {
@@ -130,6 +132,7 @@ struct Launch {
     if (vecs <= 256 * 2) launch_per_token<kVec, 256, 2>(p, scale, stream);
     else if (vecs <= 512 * 2) launch_per_token<kVec, 512, 2>(p, scale, stream);
     else if (vecs <= 512 * 4) launch_per_token<kVec, 512, 4>(p, scale, stream);
+    else if (vecs <= 512 * 7) launch_per_token<kVec, 512, 7>(p, scale, stream);
     else if (vecs <= 512 * 8) launch_per_token<kVec, 512, 8>(p, scale, stream);
     else launch_two_pass<kVec>(p, scale, stream);
   }
@@ -142,7 +145,10 @@ struct Launch {
     if (vecs <= 32 * 4) launch_per_token<kVec, 32, 4>(p, scale, stream);
     else if (vecs <= 64 * 4) launch_per_token<kVec, 64, 4>(p, scale, stream);
     else if (vecs <= 128 * 4) launch_per_token<kVec, 128, 4>(p, scale, stream);
+    else if (vecs <= 256 * 4) launch_per_token<kVec, 256, 4>(p, scale, stream);
+    else if (vecs <= 256 * 7) launch_per_token<kVec, 256, 7>(p, scale, stream);
     else if (vecs <= 256 * 8) launch_per_token<kVec, 256, 8>(p, scale, stream);
+    else if (vecs <= 512 * 7) launch_per_token<kVec, 512, 7>(p, scale, stream);
     else if (vecs <= 512 * 8) launch_per_token<kVec, 512, 8>(p, scale, stream);
     else launch_two_pass<kVec>(p, scale, stream);
   }

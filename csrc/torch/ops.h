@@ -131,6 +131,11 @@ Sm90Call plan_scaled_mm_sm90_checked(const char* op, ScaledMmSm90Params params, 
                                       const DeviceInfo& info, at::Tensor out = {});
 at::Tensor run_scaled_mm_sm90_checked(const char* op, const Sm90Call& call);
 
+// The per-token codes and scales of x [..., K] (int8 of x's shape, fp32 of x's shape with a last
+// size of 1), views of the first rows of storage holding `padded` rows (common/padded_rows.h):
+// the CUDA quantizer's outputs and the fused producers'. (quantize.cpp)
+std::pair<at::Tensor, at::Tensor> per_token_outputs(const at::Tensor& x, int64_t padded);
+
 // x as [rows, K] with unit stride along K and a row pitch the quantizers take (a view
 // where the strides allow it). (quantize.cpp)
 at::Tensor quantizer_rows(const at::Tensor& x, int64_t k);

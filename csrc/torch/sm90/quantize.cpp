@@ -89,18 +89,20 @@ std::tuple<at::Tensor, at::Tensor> quantize_per_token_sm90_after_checks(const at
   // q and scale: views of the first m rows of storage with `padded` rows (common/padded_rows.h).
   const int64_t padded = checks::allocated_rows(op, rows_allocated, m, "rows");
   const c10::cuda::CUDAGuard guard(x.device());
-  std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
-  scale_shape.back() = 1;
-  const at::Tensor q_storage = at::empty({padded * k}, x.options().dtype(at::kChar));
-  const at::Tensor scale_storage = at::empty({padded}, x.options().dtype(at::kFloat));
-  at::Tensor q = leading(q_storage, x.sizes());
-  at::Tensor scale = leading(scale_storage, scale_shape);
+  auto [q, scale] = per_token_outputs(x, padded);
   if (x.numel() == 0) return {q, scale};
   check_kernels(op, x, k);
-  at::Tensor q_rows = leading(q_storage, {m, k});
-  at::Tensor scale_rows = leading(scale_storage, {m, 1});
+  at::Tensor q_rows = leading(q, {m, k});
+  at::Tensor scale_rows = leading(scale, {m, 1});
   quantize_per_token_checked(op, quantizer_rows(x, k), q_rows, scale_rows);
   return {q, scale};
+}
+
+std::pair<at::Tensor, at::Tensor> per_token_outputs(const at::Tensor& x, int64_t padded) {
+  std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
+  scale_shape.back() = 1;
+  return {leading(at::empty({padded * x.size(-1)}, x.options().dtype(at::kChar)), x.sizes()),
+          leading(at::empty({padded}, x.options().dtype(at::kFloat)), scale_shape)};
 }
 
 at::Tensor quantizer_rows(const at::Tensor& x, int64_t k) {

@@ -252,13 +252,11 @@ bool plain_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 // A producer's outputs as w8a8/padding.py's empty_outputs allocates them: codes int8 [..., K] and
 // scales fp32 [..., 1] in storage of padded_rows(M) rows, then n_float contiguous [..., K] of x's dtype.
 std::vector<at::Tensor> producer_outputs(const at::Tensor& x, int n_float) {
-  const int64_t k = x.size(-1), m = x.numel() / k, padded = padded_rows(m);
-  std::vector<int64_t> scale_shape(x.sizes().begin(), x.sizes().end());
-  scale_shape.back() = 1;
+  auto [q, scale] = per_token_outputs(x, padded_rows(x.numel() / x.size(-1)));
   std::vector<at::Tensor> out;
   out.reserve(2 + n_float);
-  out.push_back(leading(at::empty({padded * k}, x.options().dtype(at::kChar)), x.sizes()));
-  out.push_back(leading(at::empty({padded}, x.options().dtype(at::kFloat)), scale_shape));
+  out.push_back(std::move(q));
+  out.push_back(std::move(scale));
   for (int i = 0; i < n_float; ++i) out.push_back(at::empty(x.sizes(), x.options()));
   return out;
 }
