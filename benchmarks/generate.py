@@ -33,6 +33,10 @@
     1 and of N tokens; decode per token from their difference), after one warm-up call (the
     captures); on a GPU the step's kernel time too, sampling included (the profiled kernel sum of
     N tokens less that of 1, per token), for ``decode_over_kernels``. Not in the default recipes.
+* timing: up to INTERLEAVE_MAX_TOKENS (batch x (prompt + new tokens)) both models are set up, then
+  their timed calls are interleaved, REPEATS rounds of each model's calls in turn, so that the
+  host's drift during a run reaches both alike (rows: ``interleaved``); past it, and for
+  ``hf-compile``, one model at a time.
 * tokens/s = B / decode time per token. ``token_match``: the fraction of W8A8's new tokens
   equal to bf16's at the same position (random weights: ties and near-ties are common, so
   this is a sanity figure, not an accuracy one).
@@ -40,9 +44,11 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import statistics
 import time
 import traceback
+from typing import Callable
 
 import torch
 
@@ -56,6 +62,10 @@ BATCHES = (1, 16, 64)
 NEW_TOKENS = 128
 # eager decode is bound by Python (about 0.1 s a token at 32 layers on the H100's host): fewer tokens time it
 EAGER_NEW_TOKENS = 16
+# Both models are set up and their timed calls interleaved round by round up to this many tokens
+# (batch x (prompt + new tokens)), where the host sets the pace; past it, where the GPU does and two
+# models' caches and graphs would not fit beside each other, one model at a time.
+INTERLEAVE_MAX_TOKENS = 16384
 LAYERS = 32
 SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 50, "top_p": 0.9}  # the mixed-sampled recipe's
 
@@ -69,9 +79,44 @@ def _wall(fn, device) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def graph_point(model, ids: torch.Tensor, new_tokens: int, device, kernels: bool | None = None
-                ) -> tuple[dict, torch.Tensor]:
-    """The ``graph`` (``graph-plain``: kernels=False) recipe at one point: timings and the generated tokens."""
+@dataclasses.dataclass
+class _Point:
+    """One model's recipe at one point, set up (warm-up call and captures done): the calls whose wall
+    time is sampled (in this order each round), and what turns their medians into the row."""
+
+    timed: dict[str, Callable[[], object]]
+    finish: Callable[[dict[str, float]], tuple[dict, torch.Tensor | None]]
+    release: Callable[[], None] = lambda: None
+    failed: dict | None = None  # why the recipe failed (hf-compile): the row says so, nothing is timed
+
+
+def _failure() -> dict:
+    """The row of a recipe that raised: the exception and where."""
+    last = [line for line in traceback.format_exc().splitlines() if line.strip().startswith("File")][-1:]
+    exc = traceback.format_exc().strip().splitlines()[-1]
+    return {"failed": " ".join(exc.split())[:400], "where": last}
+
+
+def _time_points(points: dict[str, _Point], device) -> dict[str, dict[str, float]]:
+    """{impl: {call: median wall ms}} over REPEATS rounds; each round samples every point's calls in
+    turn, so that a drift of the host's speed during a run reaches both models alike (the eager
+    parts of these recipes are bound by the host)."""
+    samples = {impl: {name: [] for name in p.timed} for impl, p in points.items()}
+    with torch.inference_mode():
+        for _ in range(REPEATS):
+            for impl, p in points.items():
+                for name, fn in p.timed.items():
+                    if p.failed is not None:
+                        break
+                    try:
+                        samples[impl][name].append(_wall(fn, device))
+                    except Exception:  # noqa: BLE001 - hf-compile: the row records why the recipe failed
+                        p.failed = _failure()
+    return {impl: {name: statistics.median(v) for name, v in calls.items() if v} for impl, calls in samples.items()}
+
+
+def graph_point(model, ids: torch.Tensor, new_tokens: int, device, kernels: bool | None = None) -> _Point:
+    """The ``graph`` (``graph-plain``: kernels=False) recipe at one point."""
     from benchmarks.model import breakdown, kernel_us
     from w8a8.generation import Generator
 
@@ -82,51 +127,51 @@ def graph_point(model, ids: torch.Tensor, new_tokens: int, device, kernels: bool
     _sync(device)
     capture_s = time.perf_counter() - t0  # captures plus one generate call
     slot = gen.slot(batch, prompt + new_tokens)
-    prefill, prefill_eager, decode = [], [], []
-    with torch.inference_mode():
-        new = torch.empty(batch, new_tokens, dtype=torch.long, device=device)
-        for _ in range(REPEATS):
-            prefill_eager.append(_wall(lambda: (slot.cache.reset(), gen._prefill_step(slot, ids)), device))
-            prefill.append(_wall(lambda: gen.prefill(slot, ids), device))
+    new = torch.empty(batch, new_tokens, dtype=torch.long, device=device)
 
-            def steps():
-                for i in range(1, new_tokens):
-                    gen.decode(slot)
-                    new[:, i] = slot.ids[:, 0]
-            decode.append(_wall(steps, device) / (new_tokens - 1))
-        gen.prefill(slot, ids)
-        kernels = kernel_us(lambda: gen._step(slot), device, iters=3) if device.type == "cuda" else None
-    decode_ms = statistics.median(decode)
-    row = {"prefill_ms": round(statistics.median(prefill), 3), "decode_ms": round(decode_ms, 4),
-           "prefill_eager_ms": round(statistics.median(prefill_eager), 3),
-           "tokens_per_s": round(batch / decode_ms * 1e3, 1), "capture_s": round(capture_s, 2),
-           "kernels": gen.kernels,
-           "step_gpu_us": None, "decode_over_kernels": None, "step_kernels": None}
-    if kernels:
-        b = breakdown(kernels)
-        row.update(step_gpu_us=b["gpu_us"], decode_over_kernels=round(decode_ms * 1e3 / b["gpu_us"], 3),
-                   step_kernels={k: b[f"{k}_us"] for k in ("gemm_bf16", "gemm_w8a8", "quant", "fused_quant", "other")},
-                   step_launches=b["kernels_per_forward"])
-    gen.release()
-    return row, tokens[:, prompt:]
+    def steps():
+        for i in range(1, new_tokens):
+            gen.decode(slot)
+            new[:, i] = slot.ids[:, 0]
 
+    def finish(ms: dict[str, float]) -> tuple[dict, torch.Tensor]:
+        decode_ms = ms["steps"] / (new_tokens - 1)
+        row = {"prefill_ms": round(ms["prefill"], 3), "decode_ms": round(decode_ms, 4),
+               "prefill_eager_ms": round(ms["prefill_eager"], 3),
+               "tokens_per_s": round(batch / decode_ms * 1e3, 1), "capture_s": round(capture_s, 2),
+               "kernels": gen.kernels,
+               "step_gpu_us": None, "decode_over_kernels": None, "step_kernels": None}
+        if device.type == "cuda":
+            with torch.inference_mode():
+                gen.prefill(slot, ids)
+                b = breakdown(kernel_us(lambda: gen._step(slot), device, iters=3))
+            row.update(step_gpu_us=b["gpu_us"], decode_over_kernels=round(decode_ms * 1e3 / b["gpu_us"], 3),
+                       step_kernels={k: b[f"{k}_us"] for k in ("gemm_bf16", "gemm_w8a8", "quant", "fused_quant", "other")},
+                       step_launches=b["kernels_per_forward"])
+        return row, tokens[:, prompt:]
 
-def _one_and_n(run, new_tokens: int, device) -> tuple[dict, torch.Tensor]:
-    """generate's timing (eager, hf-compile, mixed-sampled): the medians over REPEATS of the wall
-    time of ``run(1)`` (prefill) and ``run(new_tokens)``, decode per token from their difference
-    (medians: one such difference went negative on a loaded 2-core CPU); and the last tokens."""
-    with torch.inference_mode():
-        one = statistics.median(_wall(lambda: run(1), device) for _ in range(REPEATS))
-        out = {}
-        total = statistics.median(_wall(lambda: out.__setitem__("tokens", run(new_tokens)), device)
-                                  for _ in range(REPEATS))
-    decode_ms = (total - one) / (new_tokens - 1)
-    tokens = out["tokens"]
-    return {"prefill_ms": round(one, 3), "decode_ms": round(decode_ms, 4),
-            "tokens_per_s": round(tokens.shape[0] / decode_ms * 1e3, 1)}, tokens
+    # each round: the prompt eagerly, then its graph, then the steps from the state it leaves
+    timed = {"prefill_eager": lambda: (slot.cache.reset(), gen._prefill_step(slot, ids)),
+             "prefill": lambda: gen.prefill(slot, ids), "steps": steps}
+    return _Point(timed, finish, gen.release)
 
 
-def mixed_point(model, ids: torch.Tensor, new_tokens: int, device) -> tuple[dict, torch.Tensor]:
+def _one_and_n(run, new_tokens: int) -> tuple[dict[str, Callable[[], object]], Callable]:
+    """generate's timing (eager, hf-compile, mixed-sampled): the calls ``run(1)`` (prefill) and
+    ``run(new_tokens)``, and what makes their medians the row: decode per token from their
+    difference (medians: one such difference went negative on a loaded 2-core CPU), and the last tokens."""
+    out = {}
+    timed = {"one": lambda: run(1), "n": lambda: out.__setitem__("tokens", run(new_tokens))}
+
+    def finish(ms: dict[str, float]) -> tuple[dict, torch.Tensor]:
+        decode_ms = (ms["n"] - ms["one"]) / (new_tokens - 1)
+        tokens = out["tokens"]
+        return {"prefill_ms": round(ms["one"], 3), "decode_ms": round(decode_ms, 4),
+                "tokens_per_s": round(tokens.shape[0] / decode_ms * 1e3, 1)}, tokens
+    return timed, finish
+
+
+def mixed_point(model, ids: torch.Tensor, new_tokens: int, device) -> _Point:
     """The ``mixed-sampled`` recipe at one point: generate's wall time on a left-padded batch, sampled."""
     from w8a8.generation import Generator
 
@@ -141,32 +186,50 @@ def mixed_point(model, ids: torch.Tensor, new_tokens: int, device) -> tuple[dict
     run(new_tokens)
     _sync(device)
     capture_s = time.perf_counter() - t0
-    row, tokens = _one_and_n(run, new_tokens, device)
-    if device.type == "cuda":  # a decode step's kernel time, sampling included: n tokens' sum less one's
-        from benchmarks.model import kernel_us
+    timed, timing_row = _one_and_n(run, new_tokens)
 
-        with torch.inference_mode():
-            sums = [sum(us for us, _ in kernel_us(lambda n=n: run(n), device, iters=1).values()) for n in (new_tokens, 1)]
-        step_us = (sums[0] - sums[1]) / (new_tokens - 1)
-        row.update(step_gpu_us=round(step_us, 2), decode_over_kernels=round(row["decode_ms"] * 1e3 / step_us, 3))
-    gen.release()
-    return {**row, "lengths": lengths, "capture_s": round(capture_s, 2)}, tokens[:, prompt:]
+    def finish(ms: dict[str, float]) -> tuple[dict, torch.Tensor]:
+        row, tokens = timing_row(ms)
+        if device.type == "cuda":  # a decode step's kernel time, sampling included: n tokens' sum less one's
+            from benchmarks.model import kernel_us
+
+            with torch.inference_mode():
+                sums = [sum(us for us, _ in kernel_us(lambda n=n: run(n), device, iters=1).values())
+                        for n in (new_tokens, 1)]
+            step_us = (sums[0] - sums[1]) / (new_tokens - 1)
+            row.update(step_gpu_us=round(step_us, 2), decode_over_kernels=round(row["decode_ms"] * 1e3 / step_us, 3))
+        return {**row, "lengths": lengths, "capture_s": round(capture_s, 2)}, tokens[:, prompt:]
+    return _Point(timed, finish, gen.release)
 
 
-def hf_point(model, ids: torch.Tensor, new_tokens: int, device, compiled: bool) -> tuple[dict, torch.Tensor | None]:
+def hf_point(model, ids: torch.Tensor, new_tokens: int, device, compiled: bool) -> _Point:
     """The ``eager`` / ``hf-compile`` recipe at one point (model.generate)."""
     extra = {"cache_implementation": "static"} if compiled else {}
     new_tokens = new_tokens if compiled else min(new_tokens, EAGER_NEW_TOKENS)
     run = lambda n: model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,  # noqa: E731
                                    attention_mask=torch.ones_like(ids), **extra)
+    timed, timing_row = _one_and_n(run, new_tokens)
+
+    def finish(ms: dict[str, float]) -> tuple[dict, torch.Tensor]:
+        row, tokens = timing_row(ms)
+        return {**row, "timed_new_tokens": new_tokens}, tokens[:, ids.shape[1]:]
+    point = _Point(timed, finish)
     try:
         with torch.inference_mode():
             run(new_tokens if compiled else 2)  # warm-up (compiled: the compile, at these shapes)
-        row, tokens = _one_and_n(run, new_tokens, device)
-    except Exception as exc:  # noqa: BLE001 - the row records why the recipe failed
-        last = [line for line in traceback.format_exc().splitlines() if line.strip().startswith("File")][-1:]
-        return {"failed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}", "where": last}, None
-    return {**row, "timed_new_tokens": new_tokens}, tokens[:, ids.shape[1]:]
+    except Exception:  # noqa: BLE001 - the row records why the recipe failed
+        point.failed = _failure()
+    return point
+
+
+def _point(recipe: str, model, ids: torch.Tensor, new_tokens: int, device) -> _Point:
+    """The recipe set up on one model at one point."""
+    if recipe == "mixed-sampled":
+        return mixed_point(model, ids, new_tokens, device)
+    if recipe.startswith("graph"):
+        return graph_point(model, ids, new_tokens, device, kernels=False if recipe == "graph-plain" else None)
+    torch._dynamo.reset()
+    return hf_point(model, ids, new_tokens, device, compiled=recipe == "hf-compile")
 
 
 def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, size: str | None = None,
@@ -193,17 +256,19 @@ def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, s
             ids = torch.randint(0, config.vocab_size, (batch, prompt), generator=gen).to(device)
             for recipe in recipes:
                 tokens = {}
-                for impl, model in models.items():
-                    base = {"impl": impl, "recipe": recipe, "prompt": prompt, "batch": batch, "new_tokens": new_tokens}
-                    if recipe == "mixed-sampled":
-                        row, tokens[impl] = mixed_point(model, ids, new_tokens, device)
-                    elif recipe.startswith("graph"):
-                        row, tokens[impl] = graph_point(model, ids, new_tokens, device,
-                                                        kernels=False if recipe == "graph-plain" else None)
-                    else:
-                        torch._dynamo.reset()
-                        row, tokens[impl] = hf_point(model, ids, new_tokens, device, compiled=recipe == "hf-compile")
-                    rows.append({**base, **row})
+                # hf-compile apart: each model's compile starts from a reset of dynamo's caches
+                together = batch * (prompt + new_tokens) <= INTERLEAVE_MAX_TOKENS and recipe != "hf-compile"
+                # both models set up, then timed round by round; past INTERLEAVE_MAX_TOKENS one at a time
+                for group in ([list(models)] if together else [[impl] for impl in models]):
+                    points = {impl: _point(recipe, models[impl], ids, new_tokens, device) for impl in group}
+                    medians = _time_points(points, device)
+                    for impl, point in points.items():
+                        base = {"impl": impl, "recipe": recipe, "prompt": prompt, "batch": batch,
+                                "new_tokens": new_tokens, "interleaved": together}
+                        row, tokens[impl] = (point.failed, None) if point.failed else point.finish(medians[impl])
+                        point.release()
+                        rows.append({**base, **row})
+                    del points
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
                 b, w = rows[-2], rows[-1]

@@ -47,6 +47,7 @@ def test_generate_suite_on_cpu(tmp_path, capsys):
             assert r["step_gpu_us"] is None and r["prefill_eager_ms"] > 0
         if r["impl"] == "w8a8":
             assert 0 <= r["token_match"] <= 1 and r["x_bf16_decode"] > 0
+    assert all(r["interleaved"] for r in rows)
     assert "| prompt | batch | recipe | impl | prefill ms |" in capsys.readouterr().out
 
 
@@ -58,6 +59,30 @@ def test_generate_mixed_sampled_recipe_on_cpu(tmp_path):
     rows = json.loads((tmp_path / "generate_cpu.json").read_text())["rows"]
     assert [(r["recipe"], r["impl"]) for r in rows] == [("mixed-sampled", "bf16"), ("mixed-sampled", "w8a8")]
     assert all(r["lengths"] == [8, 7, 6] and r["prefill_ms"] > 0 and "tokens_per_s" in r for r in rows)
+    assert all(r["interleaved"] for r in rows)  # a small point: both models timed round by round
+
+
+def test_generate_timing_interleaves_the_models_and_records_a_failure():
+    """_time_points samples each point's calls in order, model after model each round; a call that
+    raises ends its point's timing with the error as its row, the other point goes on."""
+    import torch
+
+    from benchmarks import generate
+
+    order = []
+
+    def boom():
+        order.append("w8a8.one")
+        raise RuntimeError("overwritten by a subsequent run")
+
+    points = {"bf16": generate._Point({"one": lambda: order.append("bf16.one"), "n": lambda: order.append("bf16.n")},
+                                      finish=lambda ms: ({}, None)),
+              "w8a8": generate._Point({"one": boom, "n": lambda: order.append("w8a8.n")}, finish=lambda ms: ({}, None))}
+    medians = generate._time_points(points, torch.device("cpu"))
+    assert order == ["bf16.one", "bf16.n", "w8a8.one"] + ["bf16.one", "bf16.n"] * (generate.REPEATS - 1)
+    assert set(medians["bf16"]) == {"one", "n"} and medians["w8a8"] == {}
+    assert points["bf16"].failed is None
+    assert points["w8a8"].failed["failed"] == "RuntimeError: overwritten by a subsequent run"
 
 
 @pytest.mark.parametrize("suite", ["quant", "host", "split_k", "sm80"])
