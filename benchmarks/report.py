@@ -56,8 +56,13 @@ PEERS = {"w8a8 sm90": "sm90", "w8a8 triton": "triton", "torch._int_mm (int32 out
          "torch._int_mm + dequant (eager)": "`_int_mm` + dequant, eager",
          "torch._int_mm + dequant (compiled)": "`_int_mm` + dequant, compiled"}
 MODEL_MODES = ("eager", "compile", "reduce-overhead")  # those the model file holds are shown
-# Partial generate runs on the current build of the C++ ops (generate_h100.json is the full grid of an earlier one).
-GENERATE_RERUNS = ("generate_h100-prefill.json", "generate_h100-mixed.json")
+# Partial generate runs on later builds (generate_h100.json is the full grid of an earlier one): file -> caption.
+GENERATE_RERUNS = {
+    "generate_h100-prefill.json": "The same suite with the fused producers launched from C++ (the table above is an "
+                                  "earlier build's), at a 128-token prompt and batch 1:",
+    "generate_h100-mixed.json": "The mixed-sampled recipe with the sampled pick captured in a graph beside the "
+                                "step, at a 128-token prompt, batches 1 and 16:",
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -303,11 +308,7 @@ def render_markdown(plots: bool = True) -> str:
         "",
         *generate_table(),
         *(["", "![generation speed-ups](generate_h100.png)"] if plots else []),
-        "",
-        "The same suite on the current build of the C++ ops (the table above is an earlier build's), at a 128-token "
-        "prompt and batch 1:",
-        "",
-        *[line for name in GENERATE_RERUNS for line in generate_table(name)],
+        *[line for name, caption in GENERATE_RERUNS.items() for line in ["", caption, "", *generate_table(name)]],
         *_h("Kernel: `scaled_mm`, int8 activations in (x bf16)"),
         *m_table(kern, "w8a8 sm90"),
         "",
