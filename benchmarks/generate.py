@@ -45,13 +45,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import statistics
+import math
+import sys
 import time
 import traceback
 from typing import Callable
 
 import torch
 
+from benchmarks import harness
 from benchmarks.model import _sync
 
 REPEATS = 3
@@ -91,28 +93,31 @@ class _Point:
 
 
 def _failure() -> dict:
-    """The row of a recipe that raised: the exception and where."""
+    """The row of a recipe that raised (called in its except block): the exception and where."""
+    exc = sys.exc_info()[1]
     last = [line for line in traceback.format_exc().splitlines() if line.strip().startswith("File")][-1:]
-    exc = traceback.format_exc().strip().splitlines()[-1]
-    return {"failed": " ".join(exc.split())[:400], "where": last}
+    return {"failed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}", "where": last}
 
 
 def _time_points(points: dict[str, _Point], device) -> dict[str, dict[str, float]]:
-    """{impl: {call: median wall ms}} over REPEATS rounds; each round samples every point's calls in
-    turn, so that a drift of the host's speed during a run reaches both models alike (the eager
-    parts of these recipes are bound by the host)."""
-    samples = {impl: {name: [] for name in p.timed} for impl, p in points.items()}
+    """{impl: {call: median wall ms}} over REPEATS rounds (harness.interleaved_medians): each round
+    samples every point's calls in turn, so that a drift of the host's speed during a run reaches
+    both models alike (the eager parts of these recipes are bound by the host). A call that raises
+    ends its point's timing ({} for it; the row records the failure)."""
+    def guarded(point: _Point, fn) -> float:
+        if point.failed is not None:
+            return math.nan
+        try:
+            return _wall(fn, device)
+        except Exception:  # noqa: BLE001 - hf-compile: the row records why the recipe failed
+            point.failed = _failure()
+            return math.nan
+
+    calls = {(impl, name): (lambda p=p, fn=fn: guarded(p, fn))
+             for impl, p in points.items() for name, fn in p.timed.items()}
     with torch.inference_mode():
-        for _ in range(REPEATS):
-            for impl, p in points.items():
-                for name, fn in p.timed.items():
-                    if p.failed is not None:
-                        break
-                    try:
-                        samples[impl][name].append(_wall(fn, device))
-                    except Exception:  # noqa: BLE001 - hf-compile: the row records why the recipe failed
-                        p.failed = _failure()
-    return {impl: {name: statistics.median(v) for name, v in calls.items() if v} for impl, calls in samples.items()}
+        medians = harness.interleaved_medians(calls, lambda call: call(), REPEATS, warmup=0)
+    return {impl: {} if p.failed else {name: medians[impl, name] for name in p.timed} for impl, p in points.items()}
 
 
 def graph_point(model, ids: torch.Tensor, new_tokens: int, device, kernels: bool | None = None) -> _Point:
@@ -304,8 +309,6 @@ def markdown_table(rows: list[dict], header: bool = True) -> str:
 def run(args, device, ceilings: dict) -> list[dict]:
     """``python -m benchmarks --suites generate``: run, print, write ``generate_<tag>.json`` with ``--out``
     (rewritten after each point, so a run cut short leaves its finished points)."""
-    from benchmarks import harness
-
     recipes = tuple(args.recipes.split(",")) if args.recipes else DEFAULT_RECIPES
     unknown = set(recipes) - set(RECIPES)
     if unknown:
