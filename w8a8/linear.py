@@ -176,12 +176,15 @@ class W8A8Linear(nn.Module):
                 f"W8A8Linear: backend must be None or one of {dispatch.BACKENDS['scaled_mm']}, got {backend!r}"
             )
         self.backend = backend
+        # Every name registered, absent ones as None (as nn.Linear's bias): forward reads _parameters directly.
         self.weight = _frozen(torch.zeros(out_features, in_features, dtype=torch.int8, device=device))
         self.weight_scale = _frozen(torch.ones(out_features, dtype=torch.float32, device=device))
-        self.input_scale = _frozen(torch.ones(1, dtype=torch.float32, device=device)) if act_quant == "static" else None
-        self.input_zero_point = _frozen(torch.zeros(1, dtype=torch.int8, device=device)) if input_zero_point else None
+        static = act_quant == "static"
+        self.register_parameter("input_scale", _frozen(torch.ones(1, dtype=torch.float32, device=device)) if static else None)
+        zp = _frozen(torch.zeros(1, dtype=torch.int8, device=device)) if input_zero_point else None
+        self.register_parameter("input_zero_point", zp)
         bias_dtype = dtype if dtype is not None else torch.get_default_dtype()
-        self.bias = _frozen(torch.zeros(out_features, dtype=bias_dtype, device=device)) if bias else None
+        self.register_parameter("bias", _frozen(torch.zeros(out_features, dtype=bias_dtype, device=device)) if bias else None)
 
     @classmethod
     def from_linear(
@@ -275,8 +278,17 @@ class W8A8Linear(nn.Module):
         a ``QuantizedActivation`` (dynamic layers only): the GEMM alone (``forward_quantized``)."""
         if isinstance(x, QuantizedActivation):
             return self.forward_quantized(x)
-        return ops.linear(x, self.weight, self.weight_scale, self.folded_bias(), self.input_scale,
-                          self.input_zero_point, backend=self.backend)
+        w, ws, _, s, zp = self._tensors()
+        return ops.linear(x, w, ws, self.folded_bias(), s, zp, backend=self.backend)
+
+    def _tensors(self) -> tuple:
+        """``(weight, weight_scale, bias, input_scale, input_zero_point)``, read from ``_parameters``
+        directly: nn.Module.__getattr__ costs about 1 us a name, on every call."""
+        p = self._parameters
+        try:
+            return p["weight"], p["weight_scale"], p["bias"], p["input_scale"], p["input_zero_point"]
+        except KeyError:  # a name deleted, or a layer pickled before every name was registered
+            return self.weight, self.weight_scale, self.bias, self.input_scale, self.input_zero_point
 
     def forward_quantized(self, x: QuantizedActivation) -> torch.Tensor:
         """The GEMM on an activation quantized per token elsewhere: ``scaled_mm(codes, weight,
@@ -314,9 +326,10 @@ class W8A8Linear(nn.Module):
         and when a gradient would flow into it. The returned tensor is shared, like ``bias``:
         read it, do not edit it in place.
         """
-        if self.input_zero_point is None:
-            return self.bias
-        sources = (self.weight, self.weight_scale, self.input_scale, self.input_zero_point, self.bias)
+        weight, weight_scale, bias, input_scale, zero_point = self._tensors()
+        if zero_point is None:
+            return bias
+        sources = (weight, weight_scale, input_scale, zero_point, bias)
         if torch.compiler.is_compiling():
             return _fold_zero_point_op(*sources)
         if not _keepable(sources):

@@ -41,6 +41,23 @@ def test_forward_equals_the_exact_composition():
     assert torch.equal(layer(x), expected)
 
 
+def test_forward_reads_the_tensors_whatever_holds_them():
+    """forward reads the tensors from _parameters; a layer without a name there (pickled before every
+    name was registered: bias a plain attribute) reads its attributes instead, and a deleted name is
+    an error, not a layer without it."""
+    layer = w8a8.W8A8Linear.from_linear(nn.Linear(64, 48, bias=False))
+    assert set(layer._parameters) == {"weight", "weight_scale", "bias", "input_scale", "input_zero_point"}
+    assert layer.bias is None and [n for n, _ in layer.named_parameters()] == ["weight", "weight_scale"]
+    x = torch.randn(3, 64)
+    expected = layer(x)
+    del layer._parameters["bias"]
+    layer.__dict__["bias"] = None
+    assert torch.equal(layer(x), expected)
+    del layer.bias
+    with pytest.raises(AttributeError, match="bias"):
+        layer(x)
+
+
 def test_static_forward():
     lin = nn.Linear(128, 64)
     x = torch.randn(9, 128)
