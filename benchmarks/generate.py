@@ -33,10 +33,11 @@
     1 and of N tokens; decode per token from their difference), after one warm-up call (the
     captures); on a GPU the step's kernel time too, sampling included (the profiled kernel sum of
     N tokens less that of 1, per token), for ``decode_over_kernels``. Not in the default recipes.
-* timing: up to INTERLEAVE_MAX_TOKENS (batch x (prompt + new tokens)) both models are set up, then
-  their timed calls are interleaved, REPEATS rounds of each model's calls in turn, so that the
-  host's drift during a run reaches both alike (rows: ``interleaved``); past it, and for
-  ``hf-compile``, one model at a time.
+* timing: both models are set up, then their timed calls are interleaved, REPEATS rounds of each
+  model's calls in turn, so that the host's drift during a run reaches both alike (rows:
+  ``interleaved``): eager at every point, graph and mixed-sampled up to INTERLEAVE_MAX_TOKENS
+  (batch x (prompt + new tokens)); past it, and for ``hf-compile``, one model at a time. A recipe
+  that raises (out of memory at the largest points, a failed compile) has the error as its row.
 * tokens/s = B / decode time per token. ``token_match``: the fraction of W8A8's new tokens
   equal to bf16's at the same position (random weights: ties and near-ties are common, so
   this is a sanity figure, not an accuracy one).
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import math
 import sys
 import time
@@ -218,23 +220,32 @@ def hf_point(model, ids: torch.Tensor, new_tokens: int, device, compiled: bool) 
     def finish(ms: dict[str, float]) -> tuple[dict, torch.Tensor]:
         row, tokens = timing_row(ms)
         return {**row, "timed_new_tokens": new_tokens}, tokens[:, ids.shape[1]:]
-    point = _Point(timed, finish)
-    try:
-        with torch.inference_mode():
-            run(new_tokens if compiled else 2)  # warm-up (compiled: the compile, at these shapes)
-    except Exception:  # noqa: BLE001 - the row records why the recipe failed
-        point.failed = _failure()
-    return point
+    with torch.inference_mode():
+        run(new_tokens if compiled else 2)  # warm-up (compiled: the compile, at these shapes)
+    return _Point(timed, finish)
 
 
 def _point(recipe: str, model, ids: torch.Tensor, new_tokens: int, device) -> _Point:
-    """The recipe set up on one model at one point."""
-    if recipe == "mixed-sampled":
-        return mixed_point(model, ids, new_tokens, device)
-    if recipe.startswith("graph"):
-        return graph_point(model, ids, new_tokens, device, kernels=False if recipe == "graph-plain" else None)
-    torch._dynamo.reset()
-    return hf_point(model, ids, new_tokens, device, compiled=recipe == "hf-compile")
+    """The recipe set up on one model at one point; a set-up that raises (hf-compile's compile, memory
+    at the largest points) is a point that records why instead."""
+    try:
+        if recipe == "mixed-sampled":
+            return mixed_point(model, ids, new_tokens, device)
+        if recipe.startswith("graph"):
+            return graph_point(model, ids, new_tokens, device, kernels=False if recipe == "graph-plain" else None)
+        torch._dynamo.reset()
+        return hf_point(model, ids, new_tokens, device, compiled=recipe == "hf-compile")
+    except Exception:  # noqa: BLE001 - the row records why the recipe failed
+        return _Point({}, lambda ms: ({}, None), failed=_failure())
+
+
+def _interleaved(recipe: str, batch: int, prompt: int, new_tokens: int) -> bool:
+    """Whether both models' points are set up together and timed round by round: eager always (it
+    holds nothing between calls, and its decode is bound by the host at every size); hf-compile never
+    (each model's compile starts from a reset of dynamo's caches); the others up to INTERLEAVE_MAX_TOKENS."""
+    if recipe in ("eager", "hf-compile"):
+        return recipe == "eager"
+    return batch * (prompt + new_tokens) <= INTERLEAVE_MAX_TOKENS
 
 
 def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, size: str | None = None,
@@ -247,6 +258,7 @@ def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, s
     bf16, config = build_model(size, layers, device)
     bf16.generation_config.eos_token_id = None  # N tokens every time (the copy below inherits it)
     bf16.generation_config.pad_token_id = 0
+    bf16.generation_config.use_cache = True  # the demo's config says False (one forward per call); generate's default is True
     q = copy.deepcopy(bf16)
     w8a8.quantize_model(q, skip=("lm_head",), progress=False)
     models = {"bf16": bf16, "w8a8": q}
@@ -261,9 +273,7 @@ def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, s
             ids = torch.randint(0, config.vocab_size, (batch, prompt), generator=gen).to(device)
             for recipe in recipes:
                 tokens = {}
-                # hf-compile apart: each model's compile starts from a reset of dynamo's caches
-                together = batch * (prompt + new_tokens) <= INTERLEAVE_MAX_TOKENS and recipe != "hf-compile"
-                # both models set up, then timed round by round; past INTERLEAVE_MAX_TOKENS one at a time
+                together = _interleaved(recipe, batch, prompt, new_tokens)
                 for group in ([list(models)] if together else [[impl] for impl in models]):
                     points = {impl: _point(recipe, models[impl], ids, new_tokens, device) for impl in group}
                     medians = _time_points(points, device)
@@ -274,7 +284,8 @@ def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, s
                         point.release()
                         rows.append({**base, **row})
                     del points
-                    if device.type == "cuda":
+                    if device.type == "cuda":  # the next point's memory: what cycles still hold, then the cache
+                        gc.collect()
                         torch.cuda.empty_cache()
                 b, w = rows[-2], rows[-1]
                 if "decode_ms" in b and "decode_ms" in w:

@@ -33,16 +33,13 @@ PRODUCT = {
                         f"{_RUN} --suites quant"),
     "model_h100.json": ("transformers Llama at Llama-3-8B widths, 4 layers: bf16, w8a8, w8a8-unfused; eager, "
                         "compiled, reduce-overhead; GPU and wall time", f"{_RUN} --suites model"),
-    "generate_h100.json": ("greedy generation, the same model at 32 layers: `w8a8.Generator` and transformers' "
-                           "eager generate", f"{_RUN} --suites generate"),
-    "generate_h100-prefill.json": ("the generate suite on the current build of the C++ ops at a 128-token prompt, "
-                                   "batch 1: graph, eager and mixed-sampled recipes",
-                                   f"{_RUN} --suites generate --prompts 128 --batches 1 --recipes "
-                                   "graph,eager,mixed-sampled --tag h100-prefill"),
-    "generate_h100-mixed.json": ("the generate suite's mixed-sampled recipe on the current build (the sampled pick "
-                                 "captured per step): a 128-token prompt, batches 1 and 16",
-                                 f"{_RUN} --suites generate --prompts 128 --batches 1,16 --recipes mixed-sampled "
-                                 "--tag h100-mixed"),
+    "generate_h100.json": ("greedy generation, the same model at 32 layers: `w8a8.Generator` (graph, mixed-sampled) "
+                           "and transformers' eager generate; prompts 128 and 2048, batches 1, 16, 64. The 2048-token "
+                           "prompt at batch 64, eager and mixed-sampled, each ran in a process of its own (the file's "
+                           "`assembled` says which run gave which rows)",
+                           f"{_RUN} --suites generate --recipes graph,eager,mixed-sampled --prompts 128; the same "
+                           "with --prompts 2048; --prompts 2048 --batches 64 --recipes eager; the same with "
+                           "--recipes mixed-sampled"),
     "host_h100.json": ("host cost per call, one 4096 x 4096 layer at M = 1, 16, 128: `nn.Linear` against `W8A8Linear`, "
                        "eager and compiled; the public ops alone; the fused producers beside the bf16 ops they "
                        "replace", f"{_RUN} --suites host"),
@@ -56,15 +53,6 @@ PEERS = {"w8a8 sm90": "sm90", "w8a8 triton": "triton", "torch._int_mm (int32 out
          "torch._int_mm + dequant (eager)": "`_int_mm` + dequant, eager",
          "torch._int_mm + dequant (compiled)": "`_int_mm` + dequant, compiled"}
 MODEL_MODES = ("eager", "compile", "reduce-overhead")  # those the model file holds are shown
-# Partial generate runs on later builds (generate_h100.json is the full grid of an earlier one): file -> caption.
-GENERATE_RERUNS = {
-    "generate_h100-prefill.json": "The same suite with the fused producers launched from C++ (the table above is an "
-                                  "earlier build's), at a 128-token prompt and batch 1:",
-    "generate_h100-mixed.json": "The mixed-sampled recipe with the sampled pick captured in a graph beside the "
-                                "step, at a 128-token prompt, batches 1 and 16:",
-}
-
-
 @functools.lru_cache(maxsize=None)
 def load(name: str) -> dict:
     """A result file, each row's ``impl`` under today's kernel names (files written before the
@@ -234,6 +222,22 @@ def model_described() -> str:
     return model[0].upper() + model[1:]
 
 
+def compiled_attention_note(tokens: int = 8192) -> list[str]:
+    """Why the compiled GPU ratios fall at long prompts: the kernels outside the GEMMs (attention
+    first) take longer compiled than eager, in both models (the rows' `other` bucket)."""
+    at = {(r["impl"], r["mode"], r["M"]): r for r in load("model_h100.json")["rows"]}
+    keys = [(impl, mode, tokens) for impl in ("bf16", "w8a8") for mode in ("eager", "compile")]
+    if not all(k in at for k in keys):
+        return []
+    other = {k[:2]: at[k]["other_us"] / 1e3 for k in keys}
+    return ["", f"At {tokens} tokens the kernels besides the GEMMs and quantizers (attention first) take "
+            f"{other['bf16', 'compile']:.1f} ms compiled against {other['bf16', 'eager']:.1f} eager in bf16, "
+            f"{other['w8a8', 'compile']:.1f} against {other['w8a8', 'eager']:.1f} in W8A8: under `torch.compile`, "
+            "transformers (5.x, with torch before 2.14) builds the causal mask instead of letting SDPA apply it, "
+            "and SDPA's kernel then computes every query-key pair, the masked half too. Attention is the same work in "
+            "both models, so it bounds the compiled speed-up at long prompts."]
+
+
 def model_summary(mode: str) -> str:
     rows = load("model_h100.json")["rows"]
     at = {(r["impl"], r["M"]): r for r in rows if r["mode"] == mode}
@@ -298,17 +302,22 @@ def render_markdown(plots: bool = True) -> str:
         "profile). A bf16 row marked host-bound spends more than 1.1x its GPU time in wall time. Quantizers: "
         "standalone launches per forward + fused ones (norms, SiLU-and-mul).",
         *[line for mode in model_modes() for line in ["", f"`{mode}`:", "", *model_table(mode)]],
+        *compiled_attention_note(),
         *(["", "![model speed-ups](model_h100.png)"] if plots else []),
         *(_h("Host cost per call") + ["One 4096 x 4096 layer, bf16 activations.", "", *host_table()] if host else []),
         *_h("Generation: greedy `generate`, transformers Llama at Llama-3-8B widths, 32 layers"),
         "Random prompts, 128 greedy tokens (eager: 16). `graph`: `w8a8.Generator(model, prefill_graphs=True)`, the "
         "same for both models: prefill is the prompt's forward, decode the wall time per token of the graph "
         "replays; the kernel sum is one eager step's CUDA kernel times. `eager`: transformers' `model.generate` "
-        "as it runs by default (dynamic cache, no graphs).",
+        "as it runs by default (dynamic cache, no graphs). `mixed-sampled`: `w8a8.Generator(model).generate` on "
+        "prompts of P down to about P/2 tokens, left-padded, sampled (temperature 0.7, top-k 50, top-p 0.9); "
+        "prefill is a 1-token generate call, decode per token the difference to a 128-token one. bf16 and W8A8 "
+        "are timed round by round, except graph and mixed-sampled past 16384 tokens (batch x (prompt + new "
+        "tokens)), one model after the other. Eager decode and the small prompts are bound by the host, whose "
+        "speed varies from run to run.",
         "",
         *generate_table(),
         *(["", "![generation speed-ups](generate_h100.png)"] if plots else []),
-        *[line for name, caption in GENERATE_RERUNS.items() for line in ["", caption, "", *generate_table(name)]],
         *_h("Kernel: `scaled_mm`, int8 activations in (x bf16)"),
         *m_table(kern, "w8a8 sm90"),
         "",

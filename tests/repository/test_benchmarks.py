@@ -85,6 +85,24 @@ def test_generate_timing_interleaves_the_models_and_records_a_failure():
     assert points["w8a8"].failed["failed"] == "RuntimeError: overwritten by a subsequent run"
 
 
+def test_generate_a_set_up_that_raises_is_its_row_and_eager_always_interleaves(monkeypatch):
+    """A recipe whose set-up raises (out of memory at the largest points) is a point whose row is the
+    error; eager is timed round by round at every size, hf-compile never, the others up to a size."""
+    import torch
+
+    from benchmarks import generate
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 3.50 GiB")
+
+    monkeypatch.setattr(generate, "mixed_point", out_of_memory)
+    point = generate._point("mixed-sampled", None, torch.zeros(1, 1, dtype=torch.long), 2, torch.device("cpu"))
+    assert point.failed["failed"] == "RuntimeError: CUDA out of memory. Tried to allocate 3.50 GiB"
+    assert point.timed == {}
+    assert generate._interleaved("eager", 64, 2048, 128) and not generate._interleaved("hf-compile", 1, 8, 2)
+    assert generate._interleaved("graph", 1, 128, 128) and not generate._interleaved("mixed-sampled", 64, 2048, 128)
+
+
 @pytest.mark.parametrize("suite", ["quant", "host", "split_k", "sm80"])
 def test_gpu_suites_refuse_the_cpu(suite):
     with pytest.raises(SystemExit, match=r"needs (a CUDA GPU|the sm[89]0 backend)"):
