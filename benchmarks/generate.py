@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import gc
 import math
 import sys
 import time
@@ -243,8 +242,10 @@ def _interleaved(recipe: str, batch: int, prompt: int, new_tokens: int) -> bool:
     """Whether both models' points are set up together and timed round by round: eager always (it
     holds nothing between calls, and its decode is bound by the host at every size); hf-compile never
     (each model's compile starts from a reset of dynamo's caches); the others up to INTERLEAVE_MAX_TOKENS."""
-    if recipe in ("eager", "hf-compile"):
-        return recipe == "eager"
+    if recipe == "eager":
+        return True
+    if recipe == "hf-compile":
+        return False
     return batch * (prompt + new_tokens) <= INTERLEAVE_MAX_TOKENS
 
 
@@ -284,8 +285,7 @@ def run_suite(device, layers: int, prompts, batches, new_tokens: int, recipes, s
                         point.release()
                         rows.append({**base, **row})
                     del points
-                    if device.type == "cuda":  # the next point's memory: what cycles still hold, then the cache
-                        gc.collect()
+                    if device.type == "cuda":
                         torch.cuda.empty_cache()
                 b, w = rows[-2], rows[-1]
                 if "decode_ms" in b and "decode_ms" in w:
