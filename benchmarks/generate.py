@@ -90,7 +90,7 @@ class _Point:
     timed: dict[str, Callable[[], object]]
     finish: Callable[[dict[str, float]], tuple[dict, torch.Tensor | None]]
     release: Callable[[], None] = lambda: None
-    failed: dict | None = None  # why the recipe failed (hf-compile): the row says so, nothing is timed
+    failed: dict | None = None  # why the recipe failed (its set-up or a timed call raised): the row says so
 
 
 def _failure() -> dict:
@@ -110,7 +110,7 @@ def _time_points(points: dict[str, _Point], device) -> dict[str, dict[str, float
             return math.nan
         try:
             return _wall(fn, device)
-        except Exception:  # noqa: BLE001 - hf-compile: the row records why the recipe failed
+        except Exception:  # noqa: BLE001 - the row records why the recipe failed
             point.failed = _failure()
             return math.nan
 

@@ -53,6 +53,8 @@ PEERS = {"w8a8 sm90": "sm90", "w8a8 triton": "triton", "torch._int_mm (int32 out
          "torch._int_mm + dequant (eager)": "`_int_mm` + dequant, eager",
          "torch._int_mm + dequant (compiled)": "`_int_mm` + dequant, compiled"}
 MODEL_MODES = ("eager", "compile", "reduce-overhead")  # those the model file holds are shown
+
+
 @functools.lru_cache(maxsize=None)
 def load(name: str) -> dict:
     """A result file, each row's ``impl`` under today's kernel names (files written before the
@@ -162,9 +164,9 @@ def host_table() -> list[str]:
                   body)
 
 
-def generate_table(name: str = "generate_h100.json") -> list[str]:
+def generate_table() -> list[str]:
     """Prefill and decode per recipe, bf16 and W8A8 side by side."""
-    rows = load(name)["rows"]
+    rows = load("generate_h100.json")["rows"]
     at = {(r["recipe"], r["impl"], r["prompt"], r["batch"]): r for r in rows}
     out = []
     for (recipe, _, prompt, batch), w in at.items():
