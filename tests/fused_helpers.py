@@ -78,7 +78,7 @@ if triton is not None:
         g = tl.load(g_ptr + row * stride_gr + cols, mask=mask, other=0.0).to(tl.float32)
         u = tl.load(u_ptr + row * stride_ur + cols, mask=mask, other=0.0).to(tl.float32)
         p = fused_common._round_to(_old_silu(g, DT) * u, DT)
-        tl.store(p_ptr + row * F + cols, p.to(DT), mask=mask)
+        tl.store(p_ptr + row * F + cols, fused_common._stored(p, DT), mask=mask)
 
     @triton.jit
     def _silu_both_kernel(g_ptr, a_new_ptr, a_old_ptr, d_new_ptr, d_old_ptr, N, BLOCK: tl.constexpr):

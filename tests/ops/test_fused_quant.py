@@ -130,6 +130,17 @@ def test_odd_m(device, backend, m):
     run_silu(backend, plant_special_rows(gate), up)
 
 
+@pytest.mark.parametrize("device,backend", SILU)
+def test_silu_products_below_the_smallest_normal(device, backend):
+    """SiLU of a gate near -88 times a small up lands below bf16's smallest normal (2**-126): the
+    product is written as the reference rounds it (a random draw found Triton's interpreter
+    writing -9.28e-39 as -6.80e-39)."""
+    gate = torch.tensor([[-88.5, -88.0, -87.0, -86.0, 1.0, -2.0, 3.0, 0.5]], dtype=torch.bfloat16, device=device)
+    up = torch.tensor([[0.028564453125, 0.01, 0.003, 0.001, 1.0, 1.0, 1.0, 1.0]], dtype=torch.bfloat16, device=device)
+    assert (reference.silu_mul(gate.cpu(), up.cpu())[0, :4].abs() < 2.0**-126).all()
+    run_silu(backend, gate, up)
+
+
 @pytest.mark.parametrize("device,backend", NORM)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_3d_and_strided_inputs(device, backend, dtype):

@@ -74,6 +74,17 @@ def _round_to(v, DT: tl.constexpr):
 
 
 @triton.jit
+def _stored(v, DT: tl.constexpr):
+    """v (fp32 holding DT values: ``_to_dt``'s or ``_round_to``'s) as the DT tensor a store
+    writes. The interpreter converts fp32 subnormals to bf16 wrongly (Triton 3.9: -9.28e-39
+    is written as -6.80e-39), so there the bf16 values are built from v's bits."""
+    if _INTERPRET and DT == tl.bfloat16:
+        return ((v.to(tl.int32, bitcast=True) >> 16) & 0xFFFF).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        return v.to(DT)
+
+
+@triton.jit
 def _to_dt(v, DT: tl.constexpr):
     """fp32 v rounded to DT (nearest even). On the GPU a DT tensor (cvt.rn: one instruction,
     where ``_round_to``'s integer expression for bf16 takes six); in the interpreter, whose

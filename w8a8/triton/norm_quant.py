@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from w8a8.triton._launch import cdiv, launch_for_op
-from w8a8.triton.fused_common import _outputs, _round_to
+from w8a8.triton.fused_common import _outputs, _round_to, _stored
 from w8a8.triton.quant import _accumulate_stats, _as_rows, _quantize_rows, _row_scales, _row_stats
 from w8a8.triton.quant_configs import fused_config
 
@@ -43,7 +43,7 @@ def _load_s(x_rows, r_rows, sum_rows, cols, mask, HAS_RESIDUAL: tl.constexpr, ST
     if HAS_RESIDUAL:
         s = _round_to(s + tl.load(r_rows + cols, mask=mask, other=0.0).to(tl.float32), DT)
         if STORE_SUM:
-            tl.store(sum_rows + cols, s.to(DT), mask=mask)
+            tl.store(sum_rows + cols, _stored(s, DT), mask=mask)
     return s
 
 
@@ -94,7 +94,7 @@ def _rms_norm_quant_kernel(
         mask = row_in[:, None] & (cols < K)
         s = _load_s(x_rows, r_rows, sum_ptr + out, cols, mask, HAS_RESIDUAL, True, DT)
         normed = _normed(s, _rstd(tl.sum(s * s, axis=1), K, eps), w_ptr, cols, mask, DT)
-        tl.store(normed_ptr + out + cols, normed.to(DT), mask=mask)
+        tl.store(normed_ptr + out + cols, _stored(normed, DT), mask=mask)
         amax, bad = _row_stats(normed)
     else:
         sum_sq = tl.zeros([ROWS, BLOCK_K], dtype=tl.float32)
@@ -109,7 +109,7 @@ def _rms_norm_quant_kernel(
             mask = row_in[:, None] & (cols + k0 < K)
             s = _load_s(x_rows + k0, r_rows + k0, sum_ptr + out + k0, cols, mask, HAS_RESIDUAL, False, DT)
             normed = _normed(s, rstd, w_ptr + k0, cols, mask, DT)
-            tl.store(normed_ptr + out + k0 + cols, normed.to(DT), mask=mask)
+            tl.store(normed_ptr + out + k0 + cols, _stored(normed, DT), mask=mask)
             amax, bad = _accumulate_stats(amax, bad, normed)
         amax, bad = tl.max(amax, axis=1), tl.max(bad.to(tl.int32), axis=1)
 

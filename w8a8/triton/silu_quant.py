@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from w8a8.triton._launch import cdiv, launch, launch_for_op
-from w8a8.triton.fused_common import _INTERPRET, _outputs, _round_to, _to_dt
+from w8a8.triton.fused_common import _INTERPRET, _outputs, _round_to, _stored, _to_dt
 from w8a8.triton.quant import _FLT_MAX, _RINT_MAGIC, _as_rows, _quantize_rows, _row_scales
 from w8a8.triton.quant_configs import FUSED_SILU_PROGRAMS_PER_SM, fused_config
 
@@ -278,7 +278,7 @@ def _silu_mul_quant_kernel(
                 m = _max_abs_bits(m, x)
                 if STORE_PRODUCT:
                     mask = row_in[:, None] & (cols + c * CHUNK < F)
-                    tl.store(p_ptr + out + c * CHUNK + cols, _to_dt(x, DT).to(DT), mask=mask)
+                    tl.store(p_ptr + out + c * CHUNK + cols, _stored(_to_dt(x, DT), DT), mask=mask)
                 kept = _keep(x, DT)
                 if DT != tl.float32:  # chunks 2i and 2i + 1 share an int32
                     if c % 2 == 1:
@@ -296,7 +296,7 @@ def _silu_mul_quant_kernel(
                     x = _product(g_rows + (k0 + c * CHUNK), u_rows + (k0 + c * CHUNK), cols, mask, DT)
                     m = _max_abs_bits(m, x)
                     if STORE_PRODUCT:
-                        tl.store(p_ptr + out + (k0 + c * CHUNK) + cols, _to_dt(x, DT).to(DT), mask=mask)
+                        tl.store(p_ptr + out + (k0 + c * CHUNK) + cols, _stored(_to_dt(x, DT), DT), mask=mask)
         amax, bad = _row_stats_from_bits(tl.max(m, axis=1), DT)
 
         scale, safe_scale, quantizable = _row_scales(amax, bad)
