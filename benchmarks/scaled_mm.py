@@ -93,8 +93,8 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, dev
                 fn = lambda i, b=backend: w8a8.ops.scaled_mm(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16, backend=b)
                 name = f"w8a8 {backend}"
             else:
-                ops = ops_for(config)
-                fn = lambda i, c=config, o=ops: o.scaled_mm_sm90(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16, c)
+                lib = ops_for(config)
+                fn = lambda i, c=config, o=lib: o.scaled_mm_sm90(a_q, w_q[i], a_s, w_s[i], None, torch.bfloat16, c)
                 name = f"w8a8 sm90 config {config}"
             cases[name] = ([lambda i=i, f=fn: f(i) for i in range(n_sets)], int8_bytes, None)
     if "sm90" in backends and padding.padded_rows(m) != m:
