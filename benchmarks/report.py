@@ -25,11 +25,14 @@ EVIDENCE = "evidence.json"
 _RUN = "python -m benchmarks --out benchmarks/results"
 # Every product file: what it holds, and the command (on the GPU machine, after
 # `pip install --no-build-isolation -e .`) that writes it.
+# The kernel, layer and quantizer grid: the current build on an H200. The model, generation, host
+# and split-K files: an H100, a build whose sm90 picks differ at M >= 512 only.
+KERNEL, LAYER, QUANT = "scaled_mm_h200.json", "linear_h200.json", "quant_h200.json"
 PRODUCT = {
-    "scaled_mm_h100.json": ("kernel grid: 8 Llama-3 shapes, M = 1..8192; sm90, Triton, `torch._int_mm`",
+    KERNEL: ("kernel grid: 8 Llama-3 shapes, M = 1..8192; sm90, Triton, `torch._int_mm`",
                             f"{_RUN} --suites scaled_mm"),
-    "linear_h100.json": ("`W8A8Linear` end to end on the same grid", f"{_RUN} --suites linear"),
-    "quant_h100.json": ("the per-token quantizers alone, M = 1..8192, K = 4096, 8192, 14336, 28672; on target or not",
+    LAYER: ("`W8A8Linear` end to end on the same grid", f"{_RUN} --suites linear"),
+    QUANT: ("the per-token quantizers alone, M = 1..8192, K = 4096, 8192, 14336, 28672; on target or not",
                         f"{_RUN} --suites quant"),
     "model_h100.json": ("transformers Llama at Llama-3-8B widths, 4 layers: bf16, w8a8, w8a8-unfused; eager, "
                         "compiled, reduce-overhead; GPU and wall time", f"{_RUN} --suites model"),
@@ -117,7 +120,7 @@ def quant_table() -> list[str]:
     """The quantizers alone: us and % of the HBM rate (ideal: the bytes at the measured rate), and
     the cells off target (the quant suite's rule: below 85% of the rate where the ideal time is >= 10
     us, else more than 1.5 us over it)."""
-    rows = load("quant_h100.json")["rows"]
+    rows = load(QUANT)["rows"]
     idx = {(r["impl"], r["M"], r["K"]): r for r in rows if r.get("heuristic", True)}
     ms = sorted({r["M"] for r in rows})
     body = []
@@ -250,10 +253,26 @@ def model_summary(mode: str) -> str:
             f"GPU time {_range(r['x_bf16'] for r in ours)} bf16, wall time {_range(wall)}.")
 
 
+def _plot(name: str) -> str:
+    """The speed-up plot of a grid file (docs/speedup_<file's stem>.png)."""
+    return f"speedup_{Path(name).stem}.png"
+
+
+def devices_lines() -> list[str]:
+    """One Method line per device of the product files, with the files measured on it."""
+    by_device: dict[str, list[str]] = {}
+    for name in PRODUCT:
+        env = load(name)["environment"]
+        key = (f"{env['device']} ({env['capability']}, {env['sm_count']} SMs, power-capped at 700 W), torch "
+               f"{env['torch']}, CUDA {env['cuda']}, Triton {env['triton']}")
+        by_device.setdefault(key, []).append(f"`{name}`")
+    return [f"- Device: {key}: {', '.join(files)}." for key, files in by_device.items()]
+
+
 def render_markdown(plots: bool = True) -> str:
     """docs/PERFORMANCE.md from the product files (a test checks the two agree)."""
-    kern, lin = load("scaled_mm_h100.json")["rows"], load("linear_h100.json")["rows"]
-    env, ceil = load("scaled_mm_h100.json")["environment"], load("scaled_mm_h100.json")["ceilings"]
+    kern, lin = load(KERNEL)["rows"], load(LAYER)["rows"]
+    ceil = load(KERNEL)["ceilings"]
     sq = next(r for r in kern if (r["impl"], r["M"], r["N"], r["K"]) == ("w8a8 sm90", 8192, 8192, 8192))
     gen = [r for r in load("generate_h100.json")["rows"] if r["impl"] == "w8a8" and r["recipe"] == "graph"]
     host = load("host_h100.json")["rows"] if "host_h100.json" in PRODUCT else []
@@ -270,8 +289,7 @@ def render_markdown(plots: bool = True) -> str:
         "commands at the end); do not edit by hand. The measurements behind each rule of the heuristics are on "
         "[EVIDENCE.md](EVIDENCE.md).",
         *_h("Method"),
-        f"- Device: {env['device']} ({env['capability']}, {env['sm_count']} SMs, power-capped at 700 W), torch "
-        f"{env['torch']}, CUDA {env['cuda']}, Triton {env['triton']}.",
+        *devices_lines(),
         "- Kernel and layer points: the median of 20 CUDA-graph replays divided by the calls per replay. A graph "
         "holds passes over weight sets that rotate so that one pass reads more than 3x the 50 MB L2, repeated until "
         "it holds 20 calls or lasts 250 us; random data (never zeros); the implementations of one point are captured "
@@ -283,9 +301,9 @@ def render_markdown(plots: bool = True) -> str:
         "forward (median of 5); wall time is the median of 10 synchronised forwards, what a user's loop sees. Host "
         "rows: the host's time per call issued behind a GPU sleep (host us), and a loop of 300 calls with one "
         "synchronisation (loop us).",
-        f"- Ceilings of the run: HBM read {ceil['hbm_read_bytes_per_s'] / 1e12:.2f} TB/s, bf16 GEMM "
+        f"- Ceilings of the kernel run: HBM read {ceil['hbm_read_bytes_per_s'] / 1e12:.2f} TB/s, bf16 GEMM "
         f"{ceil['bf16_flops'] / 1e12:.0f} TFLOP/s, cuBLAS int8 {ceil['int8_cublas_ops'] / 1e12:.0f} TOP/s (8192^3); "
-        "the int8 practical peak of this power-capped board is 1450 TOP/s.",
+        "a power-capped H100 sustains about 1450 int8 TOP/s.",
         *_h("Summary"),
         f"- 8192 x 8192 x 8192: sm90 {sq['tops']:.0f} TOP/s ({sq['x_bf16']:.2f}x bf16).",
         f"- Kernel geomean over the grid: sm90 {_x(kern, 'w8a8 sm90'):.2f}x bf16, Triton {_x(kern, 'w8a8 triton'):.2f}x.",
@@ -327,10 +345,10 @@ def render_markdown(plots: bool = True) -> str:
         "'+ dequant' adds the fp32 scaling in eager PyTorch or under `torch.compile`):",
         "",
         *peer_table(kern),
-        *(["", "![kernel speed-ups](speedup_scaled_mm_h100.png)"] if plots else []),
+        *(["", f"![kernel speed-ups]({_plot(KERNEL)})"] if plots else []),
         *_h("Layer: `W8A8Linear` (bf16 in, dynamic per-token quantization, bf16 out; x bf16)"),
         *m_table(lin, "W8A8Linear sm90", extra="W8A8Linear triton"),
-        *(["", "![end-to-end speed-ups](speedup_linear_h100.png)"] if plots else []),
+        *(["", f"![end-to-end speed-ups]({_plot(LAYER)})"] if plots else []),
         *_h("Activation quantization (per token, bf16 in; us and % of the measured HBM rate; 'off': off "
             "target, below 85% where the ideal time is >= 10 us, else more than 1.5 us over it)"),
         *quant_table(),
@@ -372,9 +390,9 @@ def _plots() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    kern, lin = load("scaled_mm_h100.json")["rows"], load("linear_h100.json")["rows"]
-    for rows, impls, name in ((kern, list(PEERS)[:3], "speedup_scaled_mm_h100.png"),
-                              (lin, ["W8A8Linear sm90", "W8A8Linear triton"], "speedup_linear_h100.png")):
+    kern, lin = load(KERNEL)["rows"], load(LAYER)["rows"]
+    for rows, impls, name in ((kern, list(PEERS)[:3], _plot(KERNEL)),
+                              (lin, ["W8A8Linear sm90", "W8A8Linear triton"], _plot(LAYER))):
         fig, axes = plt.subplots(2, 4, figsize=(16, 7), sharey=True)
         for ax, (n, k) in zip(axes.flat, _shapes(rows)):
             for impl in impls:

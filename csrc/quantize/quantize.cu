@@ -8,7 +8,7 @@
 //
 // Launch shapes of the per-token kernel (Launch below picks one per call):
 //   * 32..512 threads per row, the row held in registers, 2 to 8 vectors per thread at
-//     most (bf16/fp16: K <= 32768): x is read from HBM once; up to 384 or 512 rows
+//     most (bf16/fp16: K <= 32768): x is read from HBM once; up to 384 or 2048 rows
 //     (Launch::serving_rows) one row per block with more threads (latency), above that the
 //     throughput shapes;
 //   * 256 threads per row, two passes - longer rows: amax, then quantize (the second
@@ -119,9 +119,10 @@ struct Launch {
   }
 
   // Up to this many rows the kernel is latency-bound: a block per row, and each thread's
-  // serial work is what lasts. 384 rows, 512 on rows of up to 512 vectors (bf16: K <= 4096),
-  // where the longer rows run the throughput shapes faster. [evidence quant.cuda-serving-shapes]
-  static int64_t serving_rows(int64_t vecs) { return vecs <= 256 * 2 ? 512 : 384; }
+  // serial work is what lasts. 384 rows, where the longer rows run the throughput shapes
+  // faster; 2048 on rows of up to 512 vectors (bf16: K <= 4096), where 256 x 2 stays ahead in
+  // the layer up to there. [evidence quant.cuda-serving-shapes]
+  static int64_t serving_rows(int64_t vecs) { return vecs <= 256 * 2 ? 2048 : 384; }
 
   // Serving rows: one row per block, 256 or 512 threads with 2 to 8 vectors each: 256 x 2 at
   // K = 4096, 512 x 2 at 8192, 512 x 4 at 14336, 512 x 7 at 28672 (bf16); the fastest of every

@@ -67,6 +67,7 @@ constexpr SchedulerOptions kDataParallel = {1, Raster::kHeuristic, Decomposition
 constexpr SchedulerOptions kSwizzle8 = {8, Raster::kHeuristic, Decomposition::kHeuristic, 1};
 constexpr SchedulerOptions kSwizzle8RasterN = {8, Raster::kAlongN, Decomposition::kHeuristic, 1};
 [[maybe_unused]] constexpr SchedulerOptions kSwizzle8RasterM = {8, Raster::kAlongM, Decomposition::kHeuristic, 1};
+constexpr SchedulerOptions kRasterN = {1, Raster::kAlongN, Decomposition::kHeuristic, 1};
 
 #define W8A8_SM90_ENTRY(id, name, Config, options) entry<sm90::Config>(sm90::id, name, options),
 #define W8A8_SM90_DECODE_ENTRY(id, name, run, k_split) decode_entry<&run>(sm90::id, name, k_split),
@@ -144,7 +145,7 @@ ScaledMmSm90Plan choose(const ScaledMmSm90Params& p) {
   int id = p.config_id;
   if (id < 0) {
     id = split      ? sm90::split_capable_config(p.m)
-         : no_split ? sm90::select_config(p.m, p.n, p.sm_count)
+         : no_split ? sm90::select_config(p.m, p.n, p.k, p.sm_count)
                     : sm90::plan_auto(p.m, p.n, p.k, p.sm_count);
   }
   const ConfigEntry& config = kConfigs[id];

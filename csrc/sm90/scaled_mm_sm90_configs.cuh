@@ -133,8 +133,9 @@ struct Sm90Pingpong64x128x128_2x1 {
   static constexpr bool kSwapAB = false;
 };
 
-// OneWavePolicy's 128-wide pick and its fallback where no width fits one wave (M in
-// (192, 256] with N > 4096, and (384, 512]): 128x128 pingpong, 2x1 cluster.
+// 128x128 pingpong, 2x1 cluster: OneWavePolicy's 128-wide pick and its fallback where no width
+// fits one wave (M in (192, 256] with N > 4096, and (384, 512]); rastered along N, the ladder's
+// tile for M >= 1024 on narrow weights and short rows (NarrowWeightsPolicy).
 struct Sm90Pingpong128x128x128_2x1 {
   using TileShape = Shape<_128, _128, _128>;
   using ClusterShape = Shape<_2, _1, _1>;
@@ -160,6 +161,7 @@ using Sm90Coop128xNx128_2x1 = Sm90Coop128xNx128<kN, 2>;
 
 // Ladder: M > 512 (compute-bound): 128x256 cooperative, 2x1 cluster; its table entry runs
 // swizzle 8, raster along N. Why: the widest tile loads the least operand data per MAC.
+// Also OneWavePolicy's fallback at 512 rows where its waves are no more than 128x128's.
 // [evidence sm90.m512-compute-tile]
 using Sm90Coop128x256x128_2x1 = Sm90Coop128xNx128_2x1<256>;
 
@@ -342,7 +344,8 @@ struct ScaledMmSm90Launcher {
   X(kCoop128x192Cluster, "128x192x128_2x1_coop", Sm90Coop128x192x128_2x1, kDefault)                             \
   X(kSwap128x80Cluster, "swap_128x80x128_1x2_coop", Sm90SwapABCoop128x80x128_1x2, kDefault)                     \
   X(kSwap128x160, "swap_128x160x128_1x1_coop", Sm90SwapABCoop128x160x128_1x1, kDefault)                         \
-  X(kCoop128x240, "128x240x128_1x1_coop", Sm90Coop128x240x128_1x1, kDefault)
+  X(kCoop128x240, "128x240x128_1x1_coop", Sm90Coop128x240x128_1x1, kDefault)                                    \
+  X(kPingpong128x128RasterN, "128x128x128_2x1_pingpong_rasterN", Sm90Pingpong128x128x128_2x1, kRasterN)
 
 #ifdef W8A8_SWEEP_CONFIGS
 #include "sm90_sweep_configs.cuh"  // benchmarks/sweep/: sweep-only structs and W8A8_SM90_SWEEP_TABLE

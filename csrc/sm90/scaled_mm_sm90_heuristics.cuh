@@ -26,6 +26,8 @@ namespace w8a8::sm90 {
 //   M <= 320, M <= 384        swap-AB tiles covering the rung (WideRungPolicy); at 384 a
 //                             one-wave 128x240 tile where it fills the SMs better
 //   M <= 512                  128-token tiles filling one wave (OneWavePolicy)
+//   M >= 1024, N <= 6144, K <= 4096
+//                             128x128 pingpong, 2x1 cluster, raster along N (NarrowWeightsPolicy)
 //   M > 512                   128x256 cooperative, 2x1 cluster, swizzle 8, raster along N
 //                                                               [evidence sm90.m512-compute-tile]
 
@@ -110,13 +112,18 @@ struct PairedTokenTilesPolicy {
 
 // M in (192, 256] with N > 4096 (2 token tiles) and (384, 512] (4): 128-token tiles of the
 // weight width (96, 128 or 192; 2x1 cluster) whose tiles make the most CTAs within one wave;
-// where none fits one wave, the 128x128 pingpong tile. Why: the 128x128 tile alone leaves a
-// wave partly idle or needs a second. [evidence sm90.one-wave]
+// where none fits one wave, the 128x128 pingpong tile, or on rows longer than 4096 the 128x256
+// cooperative one where its waves are no more than the pingpong tile's half-waves (a pingpong
+// CTA runs its two tiles one after the other). Why: the 128x128 tile alone leaves a wave partly
+// idle or needs a second; at equal waves the wider tile loads less operand data per MAC, where
+// the rows are long enough to hide the epilogue that the pingpong tile overlaps.
+// [evidence sm90.one-wave]
 struct OneWavePolicy {
-  static constexpr int config(int64_t n, int64_t token_tiles, int sm_count) {
+  static constexpr int64_t waves(int64_t tiles, int sm_count) { return (tiles + sm_count - 1) / sm_count; }
+  static constexpr int config(int64_t n, int64_t k, int64_t token_tiles, int sm_count) {
     const int widths[] = {96, 128, 192};
     const int ids[] = {kCoop128x96Cluster, kPingpong128x128, kCoop128x192Cluster};
-    int best = kPingpong128x128;
+    int best = -1;
     int64_t best_ctas = 0;
     for (int i = 0; i < 3; ++i) {
       const int64_t ctas = token_tiles * weight_tiles(n, widths[i]);
@@ -125,18 +132,39 @@ struct OneWavePolicy {
         best_ctas = ctas;
       }
     }
-    return best;
+    if (best >= 0) return best;
+    if (k <= 4096) return kPingpong128x128;
+    const int64_t wide = waves(token_tiles * weight_tiles(n, 256), sm_count);
+    const int64_t pingpong = waves(token_tiles * weight_tiles(n, 128), sm_count);
+    return 2 * wide <= pingpong ? kCoop128x256RasterN : kPingpong128x128;
   }
 };
-static_assert(OneWavePolicy::config(6144, 2, 132) == kCoop128x96Cluster, "6144 x 4096 at 256");
-static_assert(OneWavePolicy::config(10240, 2, 132) == kCoop128x192Cluster, "10240 x 8192 at 256");
-static_assert(OneWavePolicy::config(8192, 2, 132) == kPingpong128x128, "8192 x 8192 at 256");
-static_assert(OneWavePolicy::config(28672, 2, 132) == kPingpong128x128, "28672 x 4096 at 256");
-static_assert(OneWavePolicy::config(6144, 4, 132) == kCoop128x192Cluster, "6144 x 4096 at 512");
-static_assert(OneWavePolicy::config(4096, 4, 132) == kPingpong128x128, "4096 x 4096 at 512");
+static_assert(OneWavePolicy::config(6144, 4096, 2, 132) == kCoop128x96Cluster, "6144 x 4096 at 256");
+static_assert(OneWavePolicy::config(10240, 8192, 2, 132) == kCoop128x192Cluster, "10240 x 8192 at 256");
+static_assert(OneWavePolicy::config(8192, 8192, 2, 132) == kPingpong128x128, "8192 x 8192 at 256");
+static_assert(OneWavePolicy::config(28672, 4096, 2, 132) == kPingpong128x128, "28672 x 4096 at 256: K = 4096");
+static_assert(OneWavePolicy::config(6144, 4096, 4, 132) == kCoop128x192Cluster, "6144 x 4096 at 512");
+static_assert(OneWavePolicy::config(4096, 4096, 4, 132) == kPingpong128x128, "4096 x 4096 at 512");
+static_assert(OneWavePolicy::config(57344, 8192, 4, 132) == kCoop128x256RasterN, "57344 x 8192 at 512: 7 waves, 14 half");
+static_assert(OneWavePolicy::config(8192, 8192, 4, 132) == kCoop128x256RasterN, "8192 x 8192 at 512: 1 wave, 2 half");
+static_assert(OneWavePolicy::config(10240, 8192, 4, 132) == kPingpong128x128, "10240 x 8192 at 512: 2 waves, 3 half");
+static_assert(OneWavePolicy::config(28672, 4096, 4, 132) == kPingpong128x128, "28672 x 4096 at 512: 4 waves, 7 half");
+static_assert(OneWavePolicy::config(57344, 8192, 2, 132) == kPingpong128x128, "57344 x 8192 at 256: 4 waves, 7 half");
+
+// M >= 1024 on narrow weights (N <= 6144) and short rows (K <= 4096): the 128x128 pingpong tile,
+// rastered along N, swizzle 1. Why: a pingpong CTA overlaps one tile's epilogue with the next
+// one's mainloop, which 32 K steps do not amortise on the cooperative tile; rastered along N it
+// also holds at token counts off multiples of 256, where swizzle 8 along M loses.
+// [evidence sm90.narrow-weights-pingpong]
+struct NarrowWeightsPolicy {
+  static constexpr int64_t kMinM = 1024;
+  static constexpr int64_t kMaxN = 6144;
+  static constexpr int64_t kMaxK = 4096;
+  static constexpr bool serves(int64_t m, int64_t n, int64_t k) { return m >= kMinM && n <= kMaxN && k <= kMaxK; }
+};
 
 // The ladder above: the entry a data-parallel call without a named config runs.
-inline int select_config(int64_t m, int64_t n, int sm_count) {
+inline int select_config(int64_t m, int64_t n, int64_t k, int sm_count) {
   if (m <= PairedTokenTilesPolicy::kMaxM && PairedTokenTilesPolicy::serves(n, sm_count)) {
     return PairedTokenTilesPolicy::config(m);
   }
@@ -147,10 +175,11 @@ inline int select_config(int64_t m, int64_t n, int sm_count) {
   if (m <= Rung96Policy::kMaxM && Rung96Policy::serves(n, sm_count)) return kSwap64x96;
   if (m_pow2 <= 128) return n <= 4096 ? kWarpSpecialized64x64 : kPingpong64x128;
   if (m <= Rung192Policy::kMaxM) return Rung192Policy::config(n, sm_count);
-  if (m_pow2 <= 256) return n > 4096 ? OneWavePolicy::config(n, 2, sm_count) : kSwap128x64Cluster;
+  if (m_pow2 <= 256) return n > 4096 ? OneWavePolicy::config(n, k, 2, sm_count) : kSwap128x64Cluster;
   if (m <= Rung320Policy::kMaxM) return Rung320Policy::config(n, sm_count);
   if (m <= Rung384Policy::kMaxM) return Rung384Policy::config(n, sm_count);
-  if (m_pow2 <= 512) return OneWavePolicy::config(n, 4, sm_count);
+  if (m_pow2 <= 512) return OneWavePolicy::config(n, k, 4, sm_count);
+  if (NarrowWeightsPolicy::serves(m, n, k)) return kPingpong128x128RasterN;
   return kCoop128x256RasterN;
 }
 
@@ -197,7 +226,7 @@ struct SkinnyPolicy {
 inline int plan_auto(int64_t m, int64_t n, int64_t k, int sm_count) {
   if (m <= GemvPolicy::kMaxM) return GemvPolicy::kConfig;
   if (m <= SkinnyPolicy::kMaxM && SkinnyPolicy::serves(n, k, sm_count)) return SkinnyPolicy::kConfig;
-  return select_config(m, n, sm_count);
+  return select_config(m, n, k, sm_count);
 }
 
 }  // namespace w8a8::sm90

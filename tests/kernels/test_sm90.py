@@ -209,6 +209,17 @@ def test_heuristic_plans():
                        (320, 57344, "swap_128x160x128_1x1_coop"), (321, 4096, "swap_128x96x128_1x2_coop"),
                        (384, 57344, "swap_128x192x128_1x1_coop"), (385, 4096, "128x128x128_2x1_pingpong_swz8")):
         assert plan(m, n, 4096)[0] == name, (m, n)
+    # 512 rows where no tile fits one wave: the 128x256 tile where its waves are no more than the
+    # 128x128 tile's half-waves (OneWavePolicy).
+    for n, name in ((57344, "128x256x128_2x1_coop_swz8_rasterN"), (8192, "128x256x128_2x1_coop_swz8_rasterN"),
+                    (10240, "128x128x128_2x1_pingpong_swz8"), (28672, "128x128x128_2x1_pingpong_swz8")):
+        assert plan(512, n, 8192)[0] == name, n
+    # Past 512 rows: the 128x128 pingpong tile rastered along N from 1024 rows on N <= 6144 and
+    # K <= 4096 (NarrowWeightsPolicy), else the 128x256 tile.
+    for m, n, k in ((1024, 4096, 4096), (8192, 6144, 4096), (1500, 4096, 2048)):
+        assert plan(m, n, k)[0] == "128x128x128_2x1_pingpong_rasterN", (m, n, k)
+    for m, n, k in ((1023, 4096, 4096), (1024, 6152, 4096), (1024, 4096, 4112), (8192, 8192, 8192)):
+        assert plan(m, n, k)[0] == "128x256x128_2x1_coop_swz8_rasterN", (m, n, k)
     # Explicit requests are honoured.
     assert tuple(plan(1, 4096, 4096, "", 3))[1:] == ("split_k", 3)
     assert tuple(plan(1, 4096, 14336, "", 1))[1:] == ("data_parallel", 1)

@@ -230,11 +230,11 @@ def test_public_ops(device):
 @pytest.mark.cuda
 @pytest.mark.parametrize("device,backend", kernel_params("quantize_per_token", devices=("cuda",)))
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-# One row per block up to 384 rows (512 where bf16 K <= 4096), several past that: both sides; and
+# One row per block up to 384 rows (2048 where bf16 K <= 4096), several past that: both sides; and
 # each throughput shape's row lengths (bf16: 256 x 4, 7, 8 vectors, 512 x 7, 8) full and partial.
 @pytest.mark.parametrize("m,k", [(1000, 4096), (257, 14336), (64, 16384), (9, 32768 + 123), (2048, 4096),
                                  (100, 4096), (256, 8192), (64, 28672), (17, 32768 + 16), (33, 3001),
-                                 (512, 4096), (513, 4096), (384, 8192), (385, 8192), (400, 6000),
+                                 (2049, 4096), (384, 8192), (385, 8192), (400, 6000),
                                  (385, 14336), (390, 16000), (400, 28672), (100, 28000), (390, 30000)])
 def test_per_token_llm_shapes(device, backend, dtype, m, k):
     per_token(backend, plant_special_rows(rows_with_spread(m, k, dtype, device)))
