@@ -2,7 +2,8 @@
 
 Grid suites (every (N, K) of ``--shapes`` at every M of ``--m``, one harness):
 
-* ``scaled_mm``: the kernel, int8 activations in;
+* ``scaled_mm``: the kernel, int8 activations in (uniform random codes, or with
+  ``--activations quantized`` the per-token quantizer's codes of a bf16 x);
 * ``linear``: ``W8A8Linear`` end to end, quantization included;
 * ``split_k``: the sm90 kernels' K decompositions on small-M, long-K shapes (its own grid
   unless ``--shapes`` / ``--m`` are given; CUDA only);
@@ -53,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "linear suite: also both sm90 paths forced (the single op, quantize + scaled_mm); quant suite: "
                    "every Triton launch config")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    p.add_argument("--activations", choices=harness.ACTIVATIONS, default="uniform",
+                   help="scaled_mm suite: int8 activation codes uniform over [-128, 127] (default), or the "
+                        "per-token quantizer's codes of a bf16 randn x, as W8A8Linear runs the kernel")
     p.add_argument("--configs", default="", help="scaled_mm suite, and the linear suite with --sweep: comma list of "
                    "sm90 config names to time beside the heuristic (w8a8.dispatch.config_names('sm90'))")
     p.add_argument("--layers", type=int, default=None,
@@ -113,7 +117,7 @@ def _grid(suite: str, args, device, chosen: list[str], ceilings: dict) -> list[d
         if suite == "sm80":
             rows += sm80.bench_shape(n, k, m, ceilings, device, sweep=args.sweep)
         elif suite == "scaled_mm":
-            rows += scaled_mm.bench_shape(m, n, k, chosen, ceilings, device, configs)
+            rows += scaled_mm.bench_shape(m, n, k, chosen, ceilings, device, configs, args.activations)
         elif suite == "split_k":
             rows += split_k.bench_shape(m, n, k, ceilings, device, sweep=args.sweep)
         else:
@@ -131,7 +135,8 @@ def _grid(suite: str, args, device, chosen: list[str], ceilings: dict) -> list[d
             print(f"sm80: {r['N']}x{r['K']}: worst step M={r['M'] - 1}->{r['M']}: time x{1 / r['x_prev']:.3f} "
                   f"(limit {sm80.JUMP_LIMIT}), config {r['config']}")
     if args.out:
-        harness.write_suite(args, suite, rows, ceilings, {"kind": suite}, device)
+        described = {"kind": suite, **({"activations": args.activations} if suite == "scaled_mm" else {})}
+        harness.write_suite(args, suite, rows, ceilings, described, device)
     return rows
 
 

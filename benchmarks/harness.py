@@ -33,6 +33,9 @@ import torch
 DEFAULT_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),
               (10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)]
 DEFAULT_M = [1, 16, 64, 128, 512, 2048, 8192]
+# The kernel suite's int8 activations: uniform random codes, or the per-token quantizer's codes
+# of a bf16 randn x (what W8A8Linear runs the kernel on).
+ACTIVATIONS = ("uniform", "quantized")
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:

@@ -1,7 +1,9 @@
 """Kernel-level benchmark: scaled_mm backends against bf16 F.linear and torch._int_mm, same run.
 
 Activations are already int8 here (the kernel alone); ``benchmarks.linear`` times
-the module end to end, activation quantization included.
+the module end to end, activation quantization included. ``--activations quantized`` feeds the
+kernels the per-token quantizer's codes of the bf16 x (what ``W8A8Linear`` runs them on) instead
+of uniform random codes.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import w8a8
-from w8a8 import padding
+from w8a8 import padding, reference
 from benchmarks import harness
 from benchmarks.sweep import ops_for
 
@@ -50,16 +52,23 @@ class Operands:
     int8_bytes: int  # bytes an int8 GEMM with the fused epilogue moves (bf16 out)
 
 
-def operands(m: int, n: int, k: int, device) -> Operands:
+def operands(m: int, n: int, k: int, device, activations: str = "uniform") -> Operands:
+    """``activations`` (harness.ACTIVATIONS): "uniform" int8 codes over [-128, 127], or "quantized":
+    the per-token quantizer's codes and scales of x (reference.quantize_per_token, the same bits
+    as the kernels')."""
     n_sets = harness.rotation_count(2 * n * k, device)  # by the bf16 weights, the larger of the two
+    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    if activations == "quantized":
+        a_q, a_s = reference.quantize_per_token(x)
+    else:
+        a_q = torch.randint(-128, 128, (m, k), dtype=torch.int8, device=device)
+        a_s = torch.rand(m, 1, device=device) * 1e-2 + 1e-3
     return Operands(
         n_sets=n_sets,
         w_bf16=[torch.randn(n, k, device=device, dtype=torch.bfloat16) * k**-0.5 for _ in range(n_sets)],
         w_q=[torch.randint(-128, 128, (n, k), dtype=torch.int8, device=device) for _ in range(n_sets)],
         w_s=[torch.rand(n, device=device) * 1e-3 + 1e-4 for _ in range(n_sets)],
-        x=torch.randn(m, k, device=device, dtype=torch.bfloat16),
-        a_q=torch.randint(-128, 128, (m, k), dtype=torch.int8, device=device),
-        a_s=torch.rand(m, 1, device=device) * 1e-2 + 1e-3,
+        x=x, a_q=a_q, a_s=a_s,
         int8_bytes=m * k + n * k + 2 * m * n + 4 * (m + n),
     )
 
@@ -73,10 +82,10 @@ def bf16_row(ops: Operands, m: int, n: int, k: int, ceilings: dict, device) -> t
 
 
 def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, device="cuda",
-                configs=()) -> list[dict]:
+                configs=(), activations: str = "uniform") -> list[dict]:
     """Rows for one (M, N, K): bf16 F.linear first, then each requested implementation
     (timed together, their replays interleaved)."""
-    ops = operands(m, n, k, device)
+    ops = operands(m, n, k, device, activations)
     n_sets, w_q, w_s, a_q, a_s, int8_bytes = ops.n_sets, ops.w_q, ops.w_s, ops.a_q, ops.a_s, ops.int8_bytes
     # name -> (one call per weight set, bytes moved, the ceiling's key)
     cases = {"bf16 F.linear": ([lambda i=i: F.linear(ops.x, ops.w_bf16[i]) for i in range(n_sets)],

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import harness, report
 from benchmarks.__main__ import main as benchmarks_main
@@ -27,6 +28,18 @@ def test_grid_suites_smoke_on_cpu(tmp_path, capsys):
         assert all(r["tops"] == pytest.approx(2 * r["M"] * r["N"] * r["K"] / r["us"] / 1e6, rel=1e-2, abs=1e-3) for r in ours)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["linear_cpu.json", "scaled_mm_cpu.json"]
     assert "geomean x bf16" in capsys.readouterr().out
+
+
+def test_kernel_suite_activations_quantized_are_the_quantizers_codes(tmp_path):
+    from benchmarks import scaled_mm
+    from w8a8 import reference
+
+    ops = scaled_mm.operands(5, 8, 48, "cpu", "quantized")
+    q, s = reference.quantize_per_token(ops.x)
+    assert torch.equal(ops.a_q, q) and torch.equal(ops.a_s, s)
+    assert benchmarks_main(["--device", "cpu", "--suites", "scaled_mm", "--shapes", "8x48", "--m", "5",
+                            "--activations", "quantized", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "scaled_mm_cpu.json").read_text())["activations"] == "quantized"
 
 
 def test_generate_suite_on_cpu(tmp_path, capsys):
