@@ -198,3 +198,20 @@ def test_docs_links_resolve():
         for target in re.findall(r"\]\(([^)#\s]+)[^)]*\)", page.read_text()):
             if "://" not in target and not target.startswith("mailto:"):
                 assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
+
+
+def test_quantizer_shape_sweep_candidates_and_its_gpu_requirement():
+    from benchmarks.sweep import quant
+
+    shapes = [(32, 16), (64, 8), (128, 4), (128, 5), (256, 2), (256, 4), (512, 1), (1024, 1), (256, 0)]
+    # The fewest vectors per thread count that hold the row, then the two-pass shapes.
+    assert quant.candidates(4096, shapes) == [(32, 16), (64, 8), (128, 4), (256, 2), (512, 1), (1024, 1), (256, 0)]
+    assert quant.candidates(8192, shapes) == [(256, 4), (1024, 1), (256, 0)]
+    # The table's (threads, vectors) pairs: the shape macro of quant_shapes.cuh, in order.
+    text = (ROOT / "benchmarks" / "sweep" / "quant_shapes.cuh").read_text()
+    table = [(int(t), int(v)) for t, v in re.findall(r"S\((\d+), (\d+)\)", text)]
+    assert len(table) == len(set(table)) and (128, 4) in table and (256, 0) in table
+    assert {t for t, _ in table} == {32, 64, 128, 256, 512, 1024}
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="sm_90 GPU"):
+            quant.main(["--k", "4096", "--m", "256"])

@@ -1,0 +1,148 @@
+"""The per-token quantizer's launch shapes, alone and before the GEMM (the lab, not the product).
+
+    python -m benchmarks.sweep.quant [--k 4096,8192] [--m 256,1024] [--n 4096] [--out DIR]
+
+Builds (once; cached in benchmarks/sweep/build_quant) the library ``w8a8_qsweep``: the
+product's per-token kernel (csrc/quantize/quantize_per_token.cuh) at every shape of
+``quant_shapes.cuh``, bf16 rows in 16-byte vectors. For each (K, M), every shape that holds a row
+with the fewest vectors for its thread count, and the two-pass shapes:
+
+* alone: 8 launches back to back in one CUDA graph on the same x, as the quant suite times the
+  product op (``quantize_per_token_sm90``, timed beside them), against the HBM rate;
+* in the layer: the shape at the largest shared-memory split, then ``w8a8::scaled_mm_sm90`` on
+  N x K int8 weights rotated past L2, beside the product's composed path (the quantizer op,
+  then the GEMM op) and its single op (``linear_sm90``); every case's replays interleaved.
+
+A shape whose codes or scales differ from the product's in any bit is reported and not timed.
+Needs an sm_90 GPU, nvcc and the package's extension built.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NAMESPACE = "w8a8_qsweep"
+SOURCES = ("quant_shapes_plain.cu", "quant_shapes_full.cu", "quant_shapes_ops.cpp")
+K_VALUES = (4096, 8192, 14336, 28672)
+M_VALUES = (256, 512, 1024, 2048, 4096, 8192)
+VEC = 8  # bf16 values in a 16-byte vector
+
+
+@functools.lru_cache(maxsize=None)
+def load():
+    """Builds (or reuses) the shape library and loads it; returns ``torch.ops.w8a8_qsweep``."""
+    from pathlib import Path
+
+    import torch
+
+    from benchmarks.sweep import build_library
+
+    build_library(NAMESPACE, [os.path.join(HERE, s) for s in SOURCES], Path(HERE) / "build_quant")
+    return getattr(torch.ops, NAMESPACE)
+
+
+def candidates(k: int, shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """For each thread count, the table's fewest vectors per thread that hold a row of ``k``
+    bf16 values (a slot past the row's end is a load for nothing); then the two-pass shapes."""
+    held = {}
+    for threads, vecs in shapes:
+        if vecs and threads * vecs * VEC >= k and vecs < held.get(threads, 1 << 30):
+            held[threads] = vecs
+    return sorted(held.items()) + [(t, v) for t, v in shapes if v == 0]
+
+
+def _pairs(flat: list[int]) -> list[tuple[int, int]]:
+    return list(zip(flat[0::2], flat[1::2]))
+
+
+def sweep_point(lib, k: int, m: int, n: int, rate: float) -> list[dict]:
+    """The rows of one (K, M): the product first, then each candidate shape."""
+    import torch
+
+    from benchmarks import harness
+    from w8a8 import padding
+
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    want_q, want_s = torch.ops.w8a8.quantize_per_token_sm90(x)
+    want_q, want_s = want_q[:m], want_s[:m]
+    n_sets = harness.rotation_count(n * k)
+    weights = [torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda") for _ in range(n_sets)]
+    w_scales = [torch.rand(n, device="cuda") * 1e-3 + 1e-4 for _ in range(n_sets)]
+    moved = 3 * m * k + 4 * m
+
+    def gemm(q, s, i):
+        return torch.ops.w8a8.scaled_mm_sm90(q, weights[i], s, w_scales[i], None, torch.bfloat16, "", None, "auto")
+
+    alone = {"product": lambda: torch.ops.w8a8.quantize_per_token_sm90(x)}
+    layer = {"product, composed": [lambda i=i: gemm(*torch.ops.w8a8.quantize_per_token_sm90(x), i)
+                                   for i in range(n_sets)],
+             "product, single op": [lambda i=i: torch.ops.w8a8.linear_sm90(x, weights[i], w_scales[i], None, None, None,
+                                                                           padding.padded_rows(m), "")
+                                    for i in range(n_sets)]}
+    rows, differ = [], []
+    for threads, vecs in candidates(k, _pairs(lib.shapes())):
+        name = f"{threads} x {vecs}" if vecs else f"{threads} x two-pass"
+        q, s = lib.per_token(x, threads, vecs, False)
+        if not (torch.equal(q, want_q) and torch.equal(s, want_s)):
+            differ.append(name)
+            continue
+        alone[name] = lambda t=threads, v=vecs: lib.per_token(x, t, v, False)
+        layer[name] = [lambda i=i, t=threads, v=vecs: gemm(*lib.per_token(x, t, v, True), i) for i in range(n_sets)]
+    t_alone = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in alone.items()}
+    t_layer = harness.time_interleaved(layer, "cuda")
+    for name, t in t_alone.items():
+        in_layer = t_layer.get(name if name != "product" else "product, composed")
+        rows.append({"K": k, "M": m, "N": n, "shape": name, "us": round(t.us, 3),
+                     "pct_hbm": round(100 * moved / (t.us * 1e-6) / rate, 1), "ideal_us": round(moved / rate * 1e6, 3),
+                     "layer_us": round(in_layer.us, 3) if in_layer else None})
+    rows.append({"K": k, "M": m, "N": n, "shape": "product, single op", "us": None, "pct_hbm": None,
+                 "ideal_us": round(moved / rate * 1e6, 3), "layer_us": round(t_layer["product, single op"].us, 3)})
+    rows += [{"K": k, "M": m, "N": n, "shape": name, "differs": True} for name in differ]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from benchmarks import harness
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.sweep.quant", description=__doc__.split("\n\n")[0])
+    p.add_argument("--k", type=harness.parse_ints, default=list(K_VALUES))
+    p.add_argument("--m", type=harness.parse_ints, default=list(M_VALUES))
+    p.add_argument("--n", type=int, default=4096, help="the layer's output features (default 4096)")
+    p.add_argument("--out", default=None, help="folder for quant_shapes_<tag>.json")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        raise SystemExit("benchmarks.sweep.quant: needs an sm_90 GPU")
+    import w8a8  # noqa: F401  (registers torch.ops.w8a8)
+
+    lib = load()
+    ceilings = harness.measure_ceilings("cuda")
+    rows = []
+    for k in args.k:
+        for m in args.m:
+            point = sweep_point(lib, k, m, args.n, ceilings["hbm_bytes_per_s"])
+            rows += point
+            timed = [r for r in point if r.get("us") is not None]
+            best = min(timed[1:], key=lambda r: r["us"], default=timed[0])
+            best_layer = min((r for r in timed[1:] if r["layer_us"]), key=lambda r: r["layer_us"], default=timed[0])
+            print(f"K={k:5d} M={m:5d}: product {timed[0]['us']:7.2f} us ({timed[0]['pct_hbm']:5.1f}%), layer "
+                  f"{timed[0]['layer_us']:8.2f}; best alone {best['shape']} {best['us']:7.2f} ({best['pct_hbm']:5.1f}%); "
+                  f"best in layer {best_layer['shape']} {best_layer['layer_us']:8.2f}"
+                  + "".join(f"; {r['shape']} DIFFERS" for r in point if r.get("differs")), flush=True)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, f"quant_shapes_{harness.device_tag(torch.device('cuda'))}.json")
+        with open(path, "w") as f:
+            json.dump({"kind": "quantizer launch shapes", "environment": harness.environment("cuda"),
+                       "ceilings": ceilings, "rows": rows}, f, indent=1)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

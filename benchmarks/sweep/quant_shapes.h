@@ -1,0 +1,31 @@
+// Sweep-only launch shapes of the per-token quantizer (the lab, not the product): host-side
+// declarations shared by the kernel files (quant_shapes_*.cu) and the ops (quant_shapes_ops.cpp).
+// python -m benchmarks.sweep.quant builds them; docs/EVIDENCE.md cites what they measured.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace w8a8::qsweep {
+
+// One launch of the product's per-token kernel (csrc/quantize/quantize_per_token.cuh) on bf16
+// rows with 16-byte vectors: kThreadsPerRow threads per row, each holding up to kRowVecs vectors
+// (0: two passes over the row), blocks of max(256, threads) threads, launched as the product
+// launches it (programmatic).
+using Run = void (*)(const void* x, int64_t ldx, int8_t* q, float* scale, int64_t rows, int64_t k,
+                     cudaStream_t stream);
+
+struct Shape {
+  int threads;  // per row
+  int vecs;     // per thread (0: two passes)
+  Run run;
+};
+
+// The table, once at the default shared-memory split and once at the largest (as the product
+// runs the quantizer before a CUTLASS GEMM): the same shapes in the same order.
+extern const Shape kPlain[];
+extern const Shape kFullSmem[];
+extern const int kNumShapes;
+
+}  // namespace w8a8::qsweep

@@ -1,0 +1,66 @@
+// Ops of the quantizer shape sweep (namespace w8a8_qsweep; python -m benchmarks.sweep.quant):
+//   shapes() -> int[]   the table's (threads per row, vectors per thread) pairs, flattened
+//   per_token(Tensor x, int threads, int vecs, bool full_smem) -> (Tensor q, Tensor scale)
+//       x [M, K] bf16 on an sm_90 GPU, unit stride along K, K a multiple of 8 and 16-byte
+//       aligned rows; the shape must be in the table and hold a row (threads x vecs x 8 >= K,
+//       or vecs 0). Same outputs as w8a8::quantize_per_token_sm90 (the sweep checks the bits).
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include "quant_shapes.h"
+
+namespace w8a8::qsweep {
+namespace {
+
+std::vector<int64_t> shapes() {
+  std::vector<int64_t> out;
+  for (int i = 0; i < kNumShapes; ++i) {
+    out.push_back(kPlain[i].threads);
+    out.push_back(kPlain[i].vecs);
+  }
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> per_token(const at::Tensor& x, int64_t threads, int64_t vecs, bool full_smem) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.stride(1) == 1,
+              "w8a8_qsweep.per_token: x must be a 2-D bf16 CUDA tensor with unit stride along K, got ",
+              x.scalar_type(), " ", x.sizes(), " strides ", x.strides());
+  const int64_t rows = x.size(0), k = x.size(1);
+  const int64_t ldx = rows == 1 ? k : x.stride(0);
+  TORCH_CHECK(k % 8 == 0 && ldx % 8 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
+              "w8a8_qsweep.per_token: 16-byte vectors need K and the row stride to be multiples of 8 and x "
+              "16-byte aligned, got K = ", k, ", row stride ", ldx);
+  TORCH_CHECK(vecs == 0 || threads * vecs * 8 >= k, "w8a8_qsweep.per_token: ", threads, " threads x ", vecs,
+              " vectors of 8 hold ", threads * vecs * 8, " values, fewer than K = ", k);
+  const Shape* table = full_smem ? kFullSmem : kPlain;
+  const Shape* shape = nullptr;
+  for (int i = 0; i < kNumShapes; ++i) {
+    if (table[i].threads == threads && table[i].vecs == vecs) shape = &table[i];
+  }
+  TORCH_CHECK(shape != nullptr, "w8a8_qsweep.per_token: no shape of ", threads, " threads x ", vecs,
+              " vectors in the table (shapes() lists them)");
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor q = at::empty({rows, k}, x.options().dtype(at::kChar));
+  at::Tensor scale = at::empty({rows, 1}, x.options().dtype(at::kFloat));
+  if (rows > 0) {
+    shape->run(x.data_ptr(), ldx, q.data_ptr<int8_t>(), scale.data_ptr<float>(), rows, k,
+               c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
+  }
+  return {q, scale};
+}
+
+}  // namespace
+}  // namespace w8a8::qsweep
+
+TORCH_LIBRARY(w8a8_qsweep, m) {
+  m.def("shapes() -> int[]", &w8a8::qsweep::shapes);
+  m.def("per_token(Tensor x, int threads, int vecs, bool full_smem) -> (Tensor, Tensor)");
+  m.impl("per_token", c10::DispatchKey::CUDA, &w8a8::qsweep::per_token);
+}
