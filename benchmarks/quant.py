@@ -50,7 +50,7 @@ K_VALUES = (4096, 8192, 14336, 28672)
 TARGET_PCT_HBM, TARGET_MIN_IDEAL_US, TARGET_SLACK_US = 85.0, 10.0, 1.5
 
 
-def _row(op: str, m: int, k: int, config: str, heuristic: bool, us: float, moved: int, ceilings: dict) -> dict:
+def row(op: str, m: int, k: int, config: str, heuristic: bool, us: float, moved: int, ceilings: dict) -> dict:
     rate = ceilings["hbm_bytes_per_s"]
     ideal, pct = moved / rate * 1e6, 100 * moved / (us * 1e-6) / rate
     on_target = pct >= TARGET_PCT_HBM if ideal >= TARGET_MIN_IDEAL_US else us - ideal <= TARGET_SLACK_US
@@ -73,11 +73,11 @@ def run(args, device: torch.device, ceilings: dict) -> list[dict]:
             start = len(rows)
             if _cuda_quantizer_available():
                 t = harness.time_graph([lambda: torch.ops.w8a8.quantize_per_token_sm90(x)] * 8, replays=20)
-                rows.append(_row("quantize_per_token sm90", m, k, "csrc/quantize/quantize.cu", True, t.us, moved,
+                rows.append(row("quantize_per_token sm90", m, k, "csrc/quantize/quantize.cu", True, t.us, moved,
                                  ceilings))
             for i, cfg in enumerate(candidates(k) if args.sweep else candidates(k)[:1]):
                 t = harness.time_graph([lambda c=cfg: quant.quantize_per_token_out(x, q, s, c)] * 8, replays=20)
-                rows.append(_row("quantize_per_token triton", m, k, repr(cfg), i == 0, t.us, moved, ceilings))
+                rows.append(row("quantize_per_token triton", m, k, repr(cfg), i == 0, t.us, moved, ceilings))
             for r in rows[start:]:
                 print(f"M={m:5d} K={k:5d} {r['op']:28s} {r['us']:8.2f} us (ideal {r['ideal_us']:7.2f}) "
                       f"{r['pct_hbm']:5.1f}% of HBM{'' if r['on_target'] else '  (off target)'}", flush=True)

@@ -30,10 +30,10 @@ _RUN = "python -m benchmarks --out benchmarks/results"
 KERNEL, LAYER, QUANT = "scaled_mm_h200.json", "linear_h200.json", "quant_h200.json"
 PRODUCT = {
     KERNEL: ("kernel grid: 8 Llama-3 shapes, M = 1..8192; sm90, Triton, `torch._int_mm`",
-                            f"{_RUN} --suites scaled_mm"),
+             f"{_RUN} --suites scaled_mm"),
     LAYER: ("`W8A8Linear` end to end on the same grid", f"{_RUN} --suites linear"),
     QUANT: ("the per-token quantizers alone, M = 1..8192, K = 4096, 8192, 14336, 28672; on target or not",
-                        f"{_RUN} --suites quant"),
+            f"{_RUN} --suites quant"),
     "model_h100.json": ("transformers Llama at Llama-3-8B widths, 4 layers: bf16, w8a8, w8a8-unfused; eager, "
                         "compiled, reduce-overhead; GPU and wall time", f"{_RUN} --suites model"),
     "generate_h100.json": ("greedy generation, the same model at 32 layers: `w8a8.Generator` (graph, mixed-sampled) "

@@ -58,7 +58,6 @@ def load() -> object:
     spec = setup["EXTENSIONS"]["w8a8._C"]
     header, columns = spec["instance"]
     build = HERE / "build"
-    build.mkdir(exist_ok=True)
     product = [p for p in setup["extension_sources"]("w8a8._C")]
     sweep = setup["instance_sources"](HERE / "sm90_sweep_configs.cuh", header, columns, build / "instances")
     taken = {Path(p).name for p in product}

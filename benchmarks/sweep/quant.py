@@ -27,7 +27,6 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAMESPACE = "w8a8_qsweep"
 SOURCES = ("quant_shapes_plain.cu", "quant_shapes_full.cu", "quant_shapes_ops.cpp")
-K_VALUES = (4096, 8192, 14336, 28672)
 M_VALUES = (256, 512, 1024, 2048, 4096, 8192)
 VEC = 8  # bf16 values in a 16-byte vector
 
@@ -59,16 +58,16 @@ def _pairs(flat: list[int]) -> list[tuple[int, int]]:
     return list(zip(flat[0::2], flat[1::2]))
 
 
-def sweep_point(lib, k: int, m: int, n: int, rate: float) -> list[dict]:
-    """The rows of one (K, M): the product first, then each candidate shape."""
+def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
+    """The rows of one (K, M): the product first, then each candidate shape (the quant suite's
+    rows, with the layer's time beside them), then the product's single op in the layer."""
     import torch
 
-    from benchmarks import harness
+    from benchmarks import harness, quant
     from w8a8 import padding
 
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     want_q, want_s = torch.ops.w8a8.quantize_per_token_sm90(x)
-    want_q, want_s = want_q[:m], want_s[:m]
     n_sets = harness.rotation_count(n * k)
     weights = [torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda") for _ in range(n_sets)]
     w_scales = [torch.rand(n, device="cuda") * 1e-3 + 1e-4 for _ in range(n_sets)]
@@ -95,23 +94,23 @@ def sweep_point(lib, k: int, m: int, n: int, rate: float) -> list[dict]:
     t_alone = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in alone.items()}
     t_layer = harness.time_interleaved(layer, "cuda")
     for name, t in t_alone.items():
-        in_layer = t_layer.get(name if name != "product" else "product, composed")
-        rows.append({"K": k, "M": m, "N": n, "shape": name, "us": round(t.us, 3),
-                     "pct_hbm": round(100 * moved / (t.us * 1e-6) / rate, 1), "ideal_us": round(moved / rate * 1e6, 3),
-                     "layer_us": round(in_layer.us, 3) if in_layer else None})
-    rows.append({"K": k, "M": m, "N": n, "shape": "product, single op", "us": None, "pct_hbm": None,
-                 "ideal_us": round(moved / rate * 1e6, 3), "layer_us": round(t_layer["product, single op"].us, 3)})
-    rows += [{"K": k, "M": m, "N": n, "shape": name, "differs": True} for name in differ]
+        in_layer = t_layer[name if name != "product" else "product, composed"]
+        rows.append({**quant.row("quantize_per_token sm90" if name == "product" else "quantize_per_token sweep",
+                                 m, k, name, name == "product", t.us, moved, ceilings),
+                     "N": n, "layer_us": round(in_layer.us, 3)})
+    rows.append({"K": k, "M": m, "N": n, "config": "product, single op", "us": None,
+                 "layer_us": round(t_layer["product, single op"].us, 3)})
+    rows += [{"K": k, "M": m, "N": n, "config": name, "differs": True} for name in differ]
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from benchmarks import harness
+    from benchmarks import harness, quant
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.sweep.quant", description=__doc__.split("\n\n")[0])
-    p.add_argument("--k", type=harness.parse_ints, default=list(K_VALUES))
+    p.add_argument("--k", type=harness.parse_ints, default=list(quant.K_VALUES))
     p.add_argument("--m", type=harness.parse_ints, default=list(M_VALUES))
     p.add_argument("--n", type=int, default=4096, help="the layer's output features (default 4096)")
     p.add_argument("--out", default=None, help="folder for quant_shapes_<tag>.json")
@@ -125,15 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for k in args.k:
         for m in args.m:
-            point = sweep_point(lib, k, m, args.n, ceilings["hbm_bytes_per_s"])
+            point = sweep_point(lib, k, m, args.n, ceilings)
             rows += point
             timed = [r for r in point if r.get("us") is not None]
             best = min(timed[1:], key=lambda r: r["us"], default=timed[0])
-            best_layer = min((r for r in timed[1:] if r["layer_us"]), key=lambda r: r["layer_us"], default=timed[0])
+            best_layer = min(timed[1:], key=lambda r: r["layer_us"], default=timed[0])
             print(f"K={k:5d} M={m:5d}: product {timed[0]['us']:7.2f} us ({timed[0]['pct_hbm']:5.1f}%), layer "
-                  f"{timed[0]['layer_us']:8.2f}; best alone {best['shape']} {best['us']:7.2f} ({best['pct_hbm']:5.1f}%); "
-                  f"best in layer {best_layer['shape']} {best_layer['layer_us']:8.2f}"
-                  + "".join(f"; {r['shape']} DIFFERS" for r in point if r.get("differs")), flush=True)
+                  f"{timed[0]['layer_us']:8.2f}; best alone {best['config']} {best['us']:7.2f} ({best['pct_hbm']:5.1f}%); "
+                  f"best in layer {best_layer['config']} {best_layer['layer_us']:8.2f}"
+                  + "".join(f"; {r['config']} DIFFERS" for r in point if r.get("differs")), flush=True)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         path = os.path.join(args.out, f"quant_shapes_{harness.device_tag(torch.device('cuda'))}.json")

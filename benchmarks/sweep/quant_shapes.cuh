@@ -1,6 +1,6 @@
 // The shapes of quant_shapes.h: the product's kernel template at each (threads per row, vectors
-// per thread). Included by quant_shapes_plain.cu and quant_shapes_full.cu with
-// W8A8_QSWEEP_FULL_SMEM 0 / 1, so that the two tables compile in parallel.
+// per thread). quant_shapes_plain.cu and quant_shapes_full.cu each instantiate the list at one
+// shared-memory split, so that the two tables compile in parallel.
 #pragma once
 
 #include <cuda_bf16.h>

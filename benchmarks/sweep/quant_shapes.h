@@ -1,6 +1,6 @@
 // Sweep-only launch shapes of the per-token quantizer (the lab, not the product): host-side
 // declarations shared by the kernel files (quant_shapes_*.cu) and the ops (quant_shapes_ops.cpp).
-// python -m benchmarks.sweep.quant builds them; docs/EVIDENCE.md cites what they measured.
+// python -m benchmarks.sweep.quant builds and times them.
 #pragma once
 
 #include <cstdint>

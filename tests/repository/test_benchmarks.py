@@ -207,7 +207,7 @@ def test_quantizer_shape_sweep_candidates_and_its_gpu_requirement():
     # The fewest vectors per thread count that hold the row, then the two-pass shapes.
     assert quant.candidates(4096, shapes) == [(32, 16), (64, 8), (128, 4), (256, 2), (512, 1), (1024, 1), (256, 0)]
     assert quant.candidates(8192, shapes) == [(256, 4), (1024, 1), (256, 0)]
-    # The table's (threads, vectors) pairs: the shape macro of quant_shapes.cuh, in order.
+    # The table's (threads, vectors) pairs: the shape macro of quant_shapes.cuh.
     text = (ROOT / "benchmarks" / "sweep" / "quant_shapes.cuh").read_text()
     table = [(int(t), int(v)) for t, v in re.findall(r"S\((\d+), (\d+)\)", text)]
     assert len(table) == len(set(table)) and (128, 4) in table and (256, 0) in table
