@@ -1,4 +1,9 @@
-"""End-to-end benchmark: W8A8Linear (bf16 in, dynamic per-token quantization, bf16 out) vs bf16 F.linear."""
+"""End-to-end benchmark: W8A8Linear (bf16 in, dynamic per-token quantization, bf16 out) vs bf16 F.linear.
+
+Beside each backend's layer, its GEMM alone on the codes and scales that backend's quantizer makes of
+the same x (``KERNEL_ROW``), same weights, replays interleaved: the layer's time over its kernel's,
+measured in one run (the kernel suite's file is another run, on other codes).
+"""
 from __future__ import annotations
 
 import torch
@@ -13,6 +18,8 @@ from benchmarks.sweep import ops_for
 # --sweep rows: both sm90 paths of w8a8::linear forced, whatever the dispatch picks.
 SINGLE_OP = "linear sm90, single op"
 COMPOSED = "linear sm90, quantize + scaled_mm"
+# The kernel row of each backend: f"{KERNEL_ROW} {backend}".
+KERNEL_ROW = "scaled_mm on the layer's codes,"
 
 
 def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, device="cuda",
@@ -28,6 +35,12 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, dev
     for backend in backends:
         layers = [w8a8.W8A8Linear.from_linear(l, backend=backend) for l in linears]
         cases[f"W8A8Linear {backend}"] = [lambda q=q: q(x) for q in layers]
+        # The quantizer the layer runs: the backend's own, else the device's default (sm80).
+        quant = backend if backend in dispatch.BACKENDS["quantize_per_token"] else None
+        a_q, a_s = w8a8.ops.quantize_per_token(x, backend=quant)
+        cases[f"{KERNEL_ROW} {backend}"] = [
+            lambda q=q, b=backend: w8a8.ops.scaled_mm(a_q, q.weight, a_s, q.weight_scale, None, torch.bfloat16, backend=b)
+            for q in layers]
         if sweep and backend == "sm90" and dispatch.unavailable_reason("quantize_per_token", "sm90", x.device) is None:
             def single_op(q, config=""):
                 return ops_for(config).linear_sm90(x, q.weight, q.weight_scale, None, None, None,
@@ -44,6 +57,8 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, dev
                              ceilings, bf16_us, peak_key="bf16_flops")]
     # Bytes of the unfused path: read x (bf16), write+read q (int8) and scales, read W, write out.
     bytes_e2e = 2 * m * k + 2 * m * k + n * k + 2 * m * n
-    rows += [harness.gemm_row(name, m, n, k, timings[name], bytes_e2e, ceilings, bf16_us)
+    bytes_kernel = m * k + n * k + 2 * m * n + 4 * (m + n)
+    rows += [harness.gemm_row(name, m, n, k, timings[name], bytes_kernel if name.startswith(KERNEL_ROW) else bytes_e2e,
+                              ceilings, bf16_us)
              for name in cases if name != "bf16 F.linear"]
     return rows

@@ -116,6 +116,30 @@ def peer_table(rows: list[dict]) -> list[str]:
     return _table(["N x K"] + list(PEERS.values()), body)
 
 
+def layer_over_kernel_table(rows: list[dict], ceilings: dict, backend: str = "sm90") -> list[str]:
+    """What ``W8A8Linear`` adds to its GEMM: the layer's time minus the kernel's on the layer's own
+    codes (same run, interleaved), in us and in units of the quantizer's ideal time (x read as
+    bf16, codes and scales written, at the run's HBM rate), M >= 512; a difference smaller than
+    either row's spread over its replays (max - min) is shown as that spread."""
+    from benchmarks.linear import KERNEL_ROW
+
+    idx = {(r["impl"], r["M"], r["N"], r["K"]): r for r in rows}
+    ms = [m for m in GRID_M if m >= 512]
+    body = []
+    for n, k in _shapes(rows):
+        cells = []
+        for m in ms:
+            layer, kernel = idx.get((f"W8A8Linear {backend}", m, n, k)), idx.get((f"{KERNEL_ROW} {backend}", m, n, k))
+            if not (layer and kernel):
+                cells.append("-")
+                continue
+            diff, noise = layer["us"] - kernel["us"], max(r["us"] * r["spread"] for r in (layer, kernel))
+            ideal = (3 * m * k + 4 * m) / ceilings["hbm_bytes_per_s"] * 1e6
+            cells.append(f"{diff:.1f} ({diff / ideal:.2f}x)" if abs(diff) >= noise else f"within noise ({noise:.0f})")
+        body.append([f"{n} x {k}"] + cells)
+    return _table(["N x K"] + [f"M={m}" for m in ms], body)
+
+
 def quant_table() -> list[str]:
     """The quantizers alone: us and % of the HBM rate (ideal: the bytes at the measured rate), and
     the cells off target (the quant suite's rule: below 85% of the rate where the ideal time is >= 10
@@ -349,6 +373,13 @@ def render_markdown(plots: bool = True) -> str:
         *_h("Layer: `W8A8Linear` (bf16 in, dynamic per-token quantization, bf16 out; x bf16)"),
         *m_table(lin, "W8A8Linear sm90", extra="W8A8Linear triton"),
         *(["", f"![end-to-end speed-ups]({_plot(LAYER)})"] if plots else []),
+        "",
+        "What the layer adds to its GEMM (sm90): `W8A8Linear`'s time minus the GEMM's alone on the codes and "
+        "scales the layer's quantizer makes of the same x, same weights, replays interleaved; in us, and in units "
+        "of the quantizer's ideal time (its bytes at the measured HBM rate). 'within noise': the difference is smaller "
+        "than the replays' spread (max - min, us), as where the GEMM runs at the power cap for milliseconds:",
+        "",
+        *layer_over_kernel_table(lin, load(LAYER)["ceilings"]),
         *_h("Activation quantization (per token, bf16 in; us and % of the measured HBM rate; 'off': off "
             "target, below 85% where the ideal time is >= 10 us, else more than 1.5 us over it)"),
         *quant_table(),

@@ -28,6 +28,27 @@ def test_grid_suites_smoke_on_cpu(tmp_path, capsys):
         assert all(r["tops"] == pytest.approx(2 * r["M"] * r["N"] * r["K"] / r["us"] / 1e6, rel=1e-2, abs=1e-3) for r in ours)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["linear_cpu.json", "scaled_mm_cpu.json"]
     assert "geomean x bf16" in capsys.readouterr().out
+    # Beside each layer row, its GEMM alone on the layer's codes (same run).
+    from benchmarks.linear import KERNEL_ROW
+
+    layer_rows = json.loads((tmp_path / "linear_cpu.json").read_text())["rows"]
+    assert sorted((r["M"], r["N"]) for r in layer_rows if r["impl"] == f"{KERNEL_ROW} reference") == sorted(
+        (m, n) for m in (1, 3) for n in (24, 8))
+
+
+def test_layer_over_kernel_table():
+    """The layer's time minus its kernel's, in us and in quantizer ideal times; under the spread: noise."""
+    from benchmarks.linear import KERNEL_ROW
+
+    def row(impl, m, us, spread=0.01):
+        return {"impl": impl, "M": m, "N": 4096, "K": 4096, "us": us, "spread": spread}
+
+    # At M = 2048 the quantizer's bytes are 3 * 2048 * 4096 + 4 * 2048 = 25174016: 25.174016 us at 1 TB/s.
+    rows = [row("W8A8Linear sm90", 2048, 100.0), row(f"{KERNEL_ROW} sm90", 2048, 74.825984),
+            row("W8A8Linear sm90", 8192, 400.0, spread=0.1), row(f"{KERNEL_ROW} sm90", 8192, 390.0)]
+    lines = report.layer_over_kernel_table(rows, {"hbm_bytes_per_s": 1e12})
+    assert lines[0] == "| N x K | M=512 | M=2048 | M=8192 |"
+    assert lines[2] == "| 4096 x 4096 | - | 25.2 (1.00x) | within noise (40) |"
 
 
 def test_kernel_suite_activations_quantized_are_the_quantizers_codes(tmp_path):
