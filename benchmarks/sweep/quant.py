@@ -5,13 +5,19 @@
 Builds (once; cached in benchmarks/sweep/build_quant) the library ``w8a8_qsweep``: the
 product's per-token kernel (csrc/quantize/quantize_per_token.cuh) at every shape of
 ``quant_shapes.cuh``, bf16 rows in 16-byte vectors. For each (K, M), every shape that holds a row
-with the fewest vectors for its thread count, and the two-pass shapes:
+with the fewest vectors for its thread count, and the two-pass shapes; the same for the pipelined
+variant (``quant_pipelined.cu``: resident blocks, the next row group loaded while the current one
+is quantized):
 
 * alone: 8 launches back to back in one CUDA graph on the same x, as the quant suite times the
   product op (``quantize_per_token_sm90``, timed beside them), against the HBM rate;
 * in the layer: the shape at the largest shared-memory split, then ``w8a8::scaled_mm_sm90`` on
   N x K int8 weights rotated past L2, beside the product's composed path (the quantizer op,
   then the GEMM op) and its single op (``linear_sm90``); every case's replays interleaved.
+
+and, timed alone beside them, the bounds of any kernel launched as the product launches its
+quantizer (``quant_bounds.cu``): an empty grid of M blocks (the launch floor) and the bytes moved
+without the arithmetic (bf16 read, one byte per value written, 256 threads x 1..8 vectors).
 
 A shape whose codes or scales differ from the product's in any bit is reported and not timed.
 Needs an sm_90 GPU, nvcc and the package's extension built.
@@ -26,7 +32,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAMESPACE = "w8a8_qsweep"
-SOURCES = ("quant_shapes_plain.cu", "quant_shapes_full.cu", "quant_shapes_ops.cpp")
+SOURCES = ("quant_shapes_plain.cu", "quant_shapes_full.cu", "quant_pipelined.cu", "quant_bounds.cu",
+           "quant_shapes_ops.cpp")
+COPY_VECS = (1, 2, 4, 8)  # the copy bound's vectors per thread
 M_VALUES = (256, 512, 1024, 2048, 4096, 8192)
 VEC = 8  # bf16 values in a 16-byte vector
 
@@ -83,15 +91,20 @@ def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
                                                                            padding.padded_rows(m), "")
                                     for i in range(n_sets)]}
     rows, differ = [], []
-    for threads, vecs in candidates(k, _pairs(lib.shapes())):
-        name = f"{threads} x {vecs}" if vecs else f"{threads} x two-pass"
-        q, s = lib.per_token(x, threads, vecs, False)
+    variants = [(shape, "", lib.per_token) for shape in candidates(k, _pairs(lib.shapes()))]
+    variants += [(shape, prefix, fn) for shape in candidates(k, _pairs(lib.pipelined_shapes()))
+                 for prefix, fn in (("pipelined ", lib.pipelined), ("bounded ", lib.bounded))]
+    for (threads, vecs), prefix, fn in variants:
+        name = prefix + (f"{threads} x {vecs}" if vecs else f"{threads} x two-pass")
+        q, s = fn(x, threads, vecs, False)
         if not (torch.equal(q, want_q) and torch.equal(s, want_s)):
             differ.append(name)
             continue
-        alone[name] = lambda t=threads, v=vecs: lib.per_token(x, t, v, False)
-        layer[name] = [lambda i=i, t=threads, v=vecs: gemm(*lib.per_token(x, t, v, True), i) for i in range(n_sets)]
+        alone[name] = lambda f=fn, t=threads, v=vecs: f(x, t, v, False)
+        layer[name] = [lambda i=i, f=fn, t=threads, v=vecs: gemm(*f(x, t, v, True), i) for i in range(n_sets)]
+    bounds = {"empty grid": lambda: lib.empty(x, m), **{f"copy 256 x {v}": lambda v=v: lib.copy(x, v) for v in COPY_VECS}}
     t_alone = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in alone.items()}
+    t_bounds = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in bounds.items()}
     t_layer = harness.time_interleaved(layer, "cuda")
     for name, t in t_alone.items():
         in_layer = t_layer[name if name != "product" else "product, composed"]
@@ -101,6 +114,8 @@ def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
     rows.append({"K": k, "M": m, "N": n, "config": "product, single op", "us": None,
                  "layer_us": round(t_layer["product, single op"].us, 3)})
     rows += [{"K": k, "M": m, "N": n, "config": name, "differs": True} for name in differ]
+    rows += [{**quant.row("quantize_per_token bound", m, k, name, False, t.us, 3 * m * k, ceilings), "N": n,
+              "bound": True} for name, t in t_bounds.items()]
     return rows
 
 
@@ -126,12 +141,15 @@ def main(argv: list[str] | None = None) -> int:
         for m in args.m:
             point = sweep_point(lib, k, m, args.n, ceilings)
             rows += point
-            timed = [r for r in point if r.get("us") is not None]
+            timed = [r for r in point if r.get("us") is not None and not r.get("bound")]
+            empty = next(r for r in point if r.get("config") == "empty grid")
+            copy = min((r for r in point if r.get("bound") and r is not empty), key=lambda r: r["us"])
             best = min(timed[1:], key=lambda r: r["us"], default=timed[0])
             best_layer = min(timed[1:], key=lambda r: r["layer_us"], default=timed[0])
             print(f"K={k:5d} M={m:5d}: product {timed[0]['us']:7.2f} us ({timed[0]['pct_hbm']:5.1f}%), layer "
                   f"{timed[0]['layer_us']:8.2f}; best alone {best['config']} {best['us']:7.2f} ({best['pct_hbm']:5.1f}%); "
-                  f"best in layer {best_layer['config']} {best_layer['layer_us']:8.2f}"
+                  f"best in layer {best_layer['config']} {best_layer['layer_us']:8.2f}; bounds: empty grid "
+                  f"{empty['us']:5.2f}, {copy['config']} {copy['us']:7.2f} ({copy['pct_hbm']:5.1f}%)"
                   + "".join(f"; {r['config']} DIFFERS" for r in point if r.get("differs")), flush=True)
     if args.out:
         os.makedirs(args.out, exist_ok=True)

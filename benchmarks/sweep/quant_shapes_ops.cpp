@@ -4,6 +4,12 @@
 //       x [M, K] bf16 on an sm_90 GPU, unit stride along K, K a multiple of 8 and 16-byte
 //       aligned rows; the shape must be in the table and hold a row (threads x vecs x 8 >= K,
 //       or vecs 0). Same outputs as w8a8::quantize_per_token_sm90 (the sweep checks the bits).
+//   pipelined_shapes() -> int[], pipelined(Tensor x, int threads, int vecs, bool full_smem) -> (q, scale)
+//       the same for the pipelined variant (quant_pipelined.cu)
+//   bounded(Tensor x, int threads, int vecs, bool full_smem) -> (q, scale)
+//       the product's kernel at full-occupancy launch bounds, the pipelined shapes
+//   empty(Tensor x, int blocks) -> ()          the launch floor: `blocks` blocks that only wait
+//   copy(Tensor x, int vecs) -> Tensor          x's bytes read, one byte per value written
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -19,32 +25,35 @@
 namespace w8a8::qsweep {
 namespace {
 
-std::vector<int64_t> shapes() {
+std::vector<int64_t> pairs(const Shape* table, int count) {
   std::vector<int64_t> out;
-  for (int i = 0; i < kNumShapes; ++i) {
-    out.push_back(kPlain[i].threads);
-    out.push_back(kPlain[i].vecs);
+  for (int i = 0; i < count; ++i) {
+    out.push_back(table[i].threads);
+    out.push_back(table[i].vecs);
   }
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> per_token(const at::Tensor& x, int64_t threads, int64_t vecs, bool full_smem) {
+std::vector<int64_t> shapes() { return pairs(kPlain, kNumShapes); }
+std::vector<int64_t> pipelined_shapes() { return pairs(kPipelined, kNumPipelined); }
+
+std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, int64_t threads, int64_t vecs, const Shape* table,
+                                            int count) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.stride(1) == 1,
-              "w8a8_qsweep.per_token: x must be a 2-D bf16 CUDA tensor with unit stride along K, got ",
+              "w8a8_qsweep: x must be a 2-D bf16 CUDA tensor with unit stride along K, got ",
               x.scalar_type(), " ", x.sizes(), " strides ", x.strides());
   const int64_t rows = x.size(0), k = x.size(1);
   const int64_t ldx = rows == 1 ? k : x.stride(0);
   TORCH_CHECK(k % 8 == 0 && ldx % 8 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
-              "w8a8_qsweep.per_token: 16-byte vectors need K and the row stride to be multiples of 8 and x "
+              "w8a8_qsweep: 16-byte vectors need K and the row stride to be multiples of 8 and x "
               "16-byte aligned, got K = ", k, ", row stride ", ldx);
-  TORCH_CHECK(vecs == 0 || threads * vecs * 8 >= k, "w8a8_qsweep.per_token: ", threads, " threads x ", vecs,
+  TORCH_CHECK(vecs == 0 || threads * vecs * 8 >= k, "w8a8_qsweep: ", threads, " threads x ", vecs,
               " vectors of 8 hold ", threads * vecs * 8, " values, fewer than K = ", k);
-  const Shape* table = full_smem ? kFullSmem : kPlain;
   const Shape* shape = nullptr;
-  for (int i = 0; i < kNumShapes; ++i) {
+  for (int i = 0; i < count; ++i) {
     if (table[i].threads == threads && table[i].vecs == vecs) shape = &table[i];
   }
-  TORCH_CHECK(shape != nullptr, "w8a8_qsweep.per_token: no shape of ", threads, " threads x ", vecs,
+  TORCH_CHECK(shape != nullptr, "w8a8_qsweep: no shape of ", threads, " threads x ", vecs,
               " vectors in the table (shapes() lists them)");
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor q = at::empty({rows, k}, x.options().dtype(at::kChar));
@@ -56,6 +65,42 @@ std::tuple<at::Tensor, at::Tensor> per_token(const at::Tensor& x, int64_t thread
   return {q, scale};
 }
 
+std::tuple<at::Tensor, at::Tensor> per_token(const at::Tensor& x, int64_t threads, int64_t vecs, bool full_smem) {
+  return quantize(x, threads, vecs, full_smem ? kFullSmem : kPlain, kNumShapes);
+}
+
+std::tuple<at::Tensor, at::Tensor> pipelined(const at::Tensor& x, int64_t threads, int64_t vecs, bool full_smem) {
+  TORCH_CHECK(vecs > 0, "w8a8_qsweep.pipelined: rows are held in registers (vecs > 0), got ", vecs);
+  return quantize(x, threads, vecs, full_smem ? kPipelinedFull : kPipelined, kNumPipelined);
+}
+
+std::tuple<at::Tensor, at::Tensor> bounded(const at::Tensor& x, int64_t threads, int64_t vecs, bool full_smem) {
+  TORCH_CHECK(vecs > 0, "w8a8_qsweep.bounded: rows are held in registers (vecs > 0), got ", vecs);
+  return quantize(x, threads, vecs, full_smem ? kBoundedFull : kBounded, kNumPipelined);
+}
+
+void empty(const at::Tensor& x, int64_t blocks) {
+  TORCH_CHECK(x.is_cuda() && blocks > 0, "w8a8_qsweep.empty: x must be a CUDA tensor (the device) and blocks > 0, got ",
+              x.device(), ", ", blocks);
+  const c10::cuda::CUDAGuard guard(x.device());
+  launch_empty(blocks, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
+}
+
+at::Tensor copy(const at::Tensor& x, int64_t vecs) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kBFloat16 && x.is_contiguous() && x.numel() % 8 == 0 &&
+                  reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
+              "w8a8_qsweep.copy: x must be a contiguous, 16-byte aligned bf16 CUDA tensor of a multiple of 8 "
+              "values, got ", x.scalar_type(), " ", x.sizes());
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor q = at::empty(x.sizes(), x.options().dtype(at::kChar));
+  if (x.numel() > 0) {
+    TORCH_CHECK(launch_copy(x.data_ptr(), q.data_ptr<int8_t>(), x.numel() / 8, static_cast<int>(vecs),
+                            c10::cuda::getCurrentCUDAStream(x.device().index()).stream()),
+                "w8a8_qsweep.copy: vecs must be 1, 2, 4 or 8, got ", vecs);
+  }
+  return q;
+}
+
 }  // namespace
 }  // namespace w8a8::qsweep
 
@@ -63,4 +108,13 @@ TORCH_LIBRARY(w8a8_qsweep, m) {
   m.def("shapes() -> int[]", &w8a8::qsweep::shapes);
   m.def("per_token(Tensor x, int threads, int vecs, bool full_smem) -> (Tensor, Tensor)");
   m.impl("per_token", c10::DispatchKey::CUDA, &w8a8::qsweep::per_token);
+  m.def("pipelined_shapes() -> int[]", &w8a8::qsweep::pipelined_shapes);
+  m.def("pipelined(Tensor x, int threads, int vecs, bool full_smem) -> (Tensor, Tensor)");
+  m.impl("pipelined", c10::DispatchKey::CUDA, &w8a8::qsweep::pipelined);
+  m.def("bounded(Tensor x, int threads, int vecs, bool full_smem) -> (Tensor, Tensor)");
+  m.impl("bounded", c10::DispatchKey::CUDA, &w8a8::qsweep::bounded);
+  m.def("empty(Tensor x, int blocks) -> ()");
+  m.impl("empty", c10::DispatchKey::CUDA, &w8a8::qsweep::empty);
+  m.def("copy(Tensor x, int vecs) -> Tensor");
+  m.impl("copy", c10::DispatchKey::CUDA, &w8a8::qsweep::copy);
 }
