@@ -5,9 +5,7 @@
 Builds (once; cached in benchmarks/sweep/build_quant) the library ``w8a8_qsweep``: the
 product's per-token kernel (csrc/quantize/quantize_per_token.cuh) at every shape of
 ``quant_shapes.cuh``, bf16 rows in 16-byte vectors. For each (K, M), every shape that holds a row
-with the fewest vectors for its thread count, and the two-pass shapes; the same for the pipelined
-variant (``quant_pipelined.cu``: resident blocks, the next row group loaded while the current one
-is quantized):
+with the fewest vectors for its thread count, and the two-pass shapes:
 
 * alone: 8 launches back to back in one CUDA graph on the same x, as the quant suite times the
   product op (``quantize_per_token_sm90``, timed beside them), against the HBM rate;
@@ -32,8 +30,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAMESPACE = "w8a8_qsweep"
-SOURCES = ("quant_shapes_plain.cu", "quant_shapes_full.cu", "quant_pipelined.cu", "quant_bounds.cu",
-           "quant_shapes_ops.cpp")
+SOURCES = ("quant_shapes_plain.cu", "quant_shapes_full.cu", "quant_bounds.cu", "quant_shapes_ops.cpp")
 COPY_VECS = (1, 2, 4, 8)  # the copy bound's vectors per thread
 M_VALUES = (256, 512, 1024, 2048, 4096, 8192)
 VEC = 8  # bf16 values in a 16-byte vector
@@ -91,17 +88,14 @@ def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
                                                                            padding.padded_rows(m), "")
                                     for i in range(n_sets)]}
     rows, differ = [], []
-    variants = [(shape, "", lib.per_token) for shape in candidates(k, _pairs(lib.shapes()))]
-    variants += [(shape, prefix, fn) for shape in candidates(k, _pairs(lib.pipelined_shapes()))
-                 for prefix, fn in (("pipelined ", lib.pipelined), ("bounded ", lib.bounded))]
-    for (threads, vecs), prefix, fn in variants:
-        name = prefix + (f"{threads} x {vecs}" if vecs else f"{threads} x two-pass")
-        q, s = fn(x, threads, vecs, False)
+    for threads, vecs in candidates(k, _pairs(lib.shapes())):
+        name = f"{threads} x {vecs}" if vecs else f"{threads} x two-pass"
+        q, s = lib.per_token(x, threads, vecs, False)
         if not (torch.equal(q, want_q) and torch.equal(s, want_s)):
             differ.append(name)
             continue
-        alone[name] = lambda f=fn, t=threads, v=vecs: f(x, t, v, False)
-        layer[name] = [lambda i=i, f=fn, t=threads, v=vecs: gemm(*f(x, t, v, True), i) for i in range(n_sets)]
+        alone[name] = lambda t=threads, v=vecs: lib.per_token(x, t, v, False)
+        layer[name] = [lambda i=i, t=threads, v=vecs: gemm(*lib.per_token(x, t, v, True), i) for i in range(n_sets)]
     bounds = {"empty grid": lambda: lib.empty(x, m), **{f"copy 256 x {v}": lambda v=v: lib.copy(x, v) for v in COPY_VECS}}
     t_alone = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in alone.items()}
     t_bounds = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in bounds.items()}

@@ -28,16 +28,6 @@ extern const Shape kPlain[];
 extern const Shape kFullSmem[];
 extern const int kNumShapes;
 
-// The pipelined variant (quant_pipelined.cu): resident blocks walking the row groups, the next
-// group's loads in flight while the current one is quantized; its own (shorter) shape list,
-// plain and at the largest shared-memory split.
-extern const Shape kPipelined[];
-extern const Shape kPipelinedFull[];
-extern const int kNumPipelined;
-// The product's kernel at full-occupancy launch bounds (quant_pipelined.cu), the pipelined list.
-extern const Shape kBounded[];
-extern const Shape kBoundedFull[];
-
 // The bounds (quant_bounds.cu): a grid of `blocks` empty blocks, and the quantizer's bytes moved
 // without its arithmetic (n_vecs 16-byte bf16 vectors in, 8 bytes out each; vecs per thread 1, 2,
 // 4 or 8, else false and nothing launched). Both launched as the product's quantizer.

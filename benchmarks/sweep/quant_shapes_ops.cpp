@@ -4,10 +4,6 @@
 //       x [M, K] bf16 on an sm_90 GPU, unit stride along K, K a multiple of 8 and 16-byte
 //       aligned rows; the shape must be in the table and hold a row (threads x vecs x 8 >= K,
 //       or vecs 0). Same outputs as w8a8::quantize_per_token_sm90 (the sweep checks the bits).
-//   pipelined_shapes() -> int[], pipelined(Tensor x, int threads, int vecs, bool full_smem) -> (q, scale)
-//       the same for the pipelined variant (quant_pipelined.cu)
-//   bounded(Tensor x, int threads, int vecs, bool full_smem) -> (q, scale)
-//       the product's kernel at full-occupancy launch bounds, the pipelined shapes
 //   empty(Tensor x, int blocks) -> ()          the launch floor: `blocks` blocks that only wait
 //   copy(Tensor x, int vecs) -> Tensor          x's bytes read, one byte per value written
 #include <cstdint>
@@ -35,7 +31,6 @@ std::vector<int64_t> pairs(const Shape* table, int count) {
 }
 
 std::vector<int64_t> shapes() { return pairs(kPlain, kNumShapes); }
-std::vector<int64_t> pipelined_shapes() { return pairs(kPipelined, kNumPipelined); }
 
 std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, int64_t threads, int64_t vecs, const Shape* table,
                                             int count) {
@@ -69,15 +64,6 @@ std::tuple<at::Tensor, at::Tensor> per_token(const at::Tensor& x, int64_t thread
   return quantize(x, threads, vecs, full_smem ? kFullSmem : kPlain, kNumShapes);
 }
 
-std::tuple<at::Tensor, at::Tensor> pipelined(const at::Tensor& x, int64_t threads, int64_t vecs, bool full_smem) {
-  TORCH_CHECK(vecs > 0, "w8a8_qsweep.pipelined: rows are held in registers (vecs > 0), got ", vecs);
-  return quantize(x, threads, vecs, full_smem ? kPipelinedFull : kPipelined, kNumPipelined);
-}
-
-std::tuple<at::Tensor, at::Tensor> bounded(const at::Tensor& x, int64_t threads, int64_t vecs, bool full_smem) {
-  TORCH_CHECK(vecs > 0, "w8a8_qsweep.bounded: rows are held in registers (vecs > 0), got ", vecs);
-  return quantize(x, threads, vecs, full_smem ? kBoundedFull : kBounded, kNumPipelined);
-}
 
 void empty(const at::Tensor& x, int64_t blocks) {
   TORCH_CHECK(x.is_cuda() && blocks > 0, "w8a8_qsweep.empty: x must be a CUDA tensor (the device) and blocks > 0, got ",
@@ -108,11 +94,6 @@ TORCH_LIBRARY(w8a8_qsweep, m) {
   m.def("shapes() -> int[]", &w8a8::qsweep::shapes);
   m.def("per_token(Tensor x, int threads, int vecs, bool full_smem) -> (Tensor, Tensor)");
   m.impl("per_token", c10::DispatchKey::CUDA, &w8a8::qsweep::per_token);
-  m.def("pipelined_shapes() -> int[]", &w8a8::qsweep::pipelined_shapes);
-  m.def("pipelined(Tensor x, int threads, int vecs, bool full_smem) -> (Tensor, Tensor)");
-  m.impl("pipelined", c10::DispatchKey::CUDA, &w8a8::qsweep::pipelined);
-  m.def("bounded(Tensor x, int threads, int vecs, bool full_smem) -> (Tensor, Tensor)");
-  m.impl("bounded", c10::DispatchKey::CUDA, &w8a8::qsweep::bounded);
   m.def("empty(Tensor x, int blocks) -> ()");
   m.impl("empty", c10::DispatchKey::CUDA, &w8a8::qsweep::empty);
   m.def("copy(Tensor x, int vecs) -> Tensor");
