@@ -70,6 +70,9 @@ struct TwoPerSm {
 // the SMs.
 constexpr int64_t weight_tiles(int64_t n, int64_t rows) { return (n + rows - 1) / rows; }
 
+// The waves of SMs a grid of `ctas` CTAs (one per SM at a time) takes.
+constexpr int64_t sm_waves(int64_t ctas, int sm_count) { return (ctas + sm_count - 1) / sm_count; }
+
 // In w8a8::linear (ScaledMmSm90Params::weights_ready) each CTA loads the weights of its first
 // stages() pipeline stages before it waits for the quantizer: as many as fit 2 MiB + 384 bytes
 // per element of K over the distinct weight bytes one stage of the first wave loads (CTAs on the

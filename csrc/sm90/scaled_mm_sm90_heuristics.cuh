@@ -67,8 +67,7 @@ struct WideRungPolicy {
   static constexpr double kMargin = 0.15;
   // The share of the SM waves a grid of `tiles` CTAs fills.
   static constexpr double filled(int64_t tiles, int sm_count) {
-    const int64_t waves = (tiles + sm_count - 1) / sm_count;
-    return double(tiles) / double(waves * sm_count);
+    return double(tiles) / double(sm_waves(tiles, sm_count) * sm_count);
   }
   static constexpr int config(int64_t n, int sm_count) {
     const int64_t tiles = weight_tiles(n, 128);
@@ -119,7 +118,6 @@ struct PairedTokenTilesPolicy {
 // the rows are long enough to hide the epilogue that the pingpong tile overlaps.
 // [evidence sm90.one-wave]
 struct OneWavePolicy {
-  static constexpr int64_t waves(int64_t tiles, int sm_count) { return (tiles + sm_count - 1) / sm_count; }
   static constexpr int config(int64_t n, int64_t k, int64_t token_tiles, int sm_count) {
     const int widths[] = {96, 128, 192};
     const int ids[] = {kCoop128x96Cluster, kPingpong128x128, kCoop128x192Cluster};
@@ -134,8 +132,8 @@ struct OneWavePolicy {
     }
     if (best >= 0) return best;
     if (k <= 4096) return kPingpong128x128;
-    const int64_t wide = waves(token_tiles * weight_tiles(n, 256), sm_count);
-    const int64_t pingpong = waves(token_tiles * weight_tiles(n, 128), sm_count);
+    const int64_t wide = sm_waves(token_tiles * weight_tiles(n, 256), sm_count);
+    const int64_t pingpong = sm_waves(token_tiles * weight_tiles(n, 128), sm_count);
     return 2 * wide <= pingpong ? kCoop128x256RasterN : kPingpong128x128;
   }
 };
