@@ -3,7 +3,10 @@
     python -m benchmarks --suites quant [--m M,...] [--k K,...] [--sweep] [--out DIR]
 
 Bytes counted: x read once (bf16) + q written (int8) + scales written (fp32); ``ideal_us``
-is those bytes at the measured HBM rate. ``on_target``: at least TARGET_PCT_HBM % of that rate
+is those bytes at the measured HBM rate. The calls rotate over copies of x (up to 64) that
+together exceed 3x L2 where 64 do (``harness.rotation_count``), so that x is read from HBM: one
+x called back to back stays in L2 (a copy kernel on it ran past 100% of the HBM rate up to about
+15M values, M x K = 1024 x 14336, H200). ``on_target``: at least TARGET_PCT_HBM % of that rate
 where the ideal time is at least TARGET_MIN_IDEAL_US, else within TARGET_SLACK_US of the ideal
 (below it, the launch dominates). The default grid: M = 1..8192 and the K values of the Llama-3
 8B / 70B projections. ``--sweep`` also times every Triton launch config candidate, to tune
@@ -66,17 +69,18 @@ def run(args, device: torch.device, ceilings: dict) -> list[dict]:
     rows = []
     for k in args.k or K_VALUES:
         for m in args.m or M_VALUES:
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                  for _ in range(harness.rotation_count(2 * m * k))]
             q = torch.empty(m, k, dtype=torch.int8, device="cuda")
             s = torch.empty(m, 1, dtype=torch.float32, device="cuda")
             moved = 2 * m * k + m * k + 4 * m
             start = len(rows)
             if _cuda_quantizer_available():
-                t = harness.time_graph([lambda: torch.ops.w8a8.quantize_per_token_sm90(x)] * 8, replays=20)
+                t = harness.time_graph([lambda x=x: torch.ops.w8a8.quantize_per_token_sm90(x) for x in xs], replays=20)
                 rows.append(row("quantize_per_token sm90", m, k, "csrc/quantize/quantize.cu", True, t.us, moved,
                                  ceilings))
             for i, cfg in enumerate(candidates(k) if args.sweep else candidates(k)[:1]):
-                t = harness.time_graph([lambda c=cfg: quant.quantize_per_token_out(x, q, s, c)] * 8, replays=20)
+                t = harness.time_graph([lambda x=x, c=cfg: quant.quantize_per_token_out(x, q, s, c) for x in xs], replays=20)
                 rows.append(row("quantize_per_token triton", m, k, repr(cfg), i == 0, t.us, moved, ceilings))
             for r in rows[start:]:
                 print(f"M={m:5d} K={k:5d} {r['op']:28s} {r['us']:8.2f} us (ideal {r['ideal_us']:7.2f}) "

@@ -380,7 +380,7 @@ def render_markdown(plots: bool = True) -> str:
         "than the replays' spread (max - min, us), as where the GEMM runs at the power cap for milliseconds:",
         "",
         *layer_over_kernel_table(lin, load(LAYER)["ceilings"]),
-        *_h("Activation quantization (per token, bf16 in; us and % of the measured HBM rate; 'off': off "
+        *_h("Activation quantization (per token, bf16 in, read from HBM; us and % of the measured HBM rate; 'off': off "
             "target, below 85% where the ideal time is >= 10 us, else more than 1.5 us over it)"),
         *quant_table(),
         *_h("Split-K and stream-K (sm90, `w8a8.ops.scaled_mm(..., backend=\"sm90\", split_k=, scheduler=)`)"),
