@@ -13,9 +13,9 @@ with the fewest vectors for its thread count, and the two-pass shapes:
   N x K int8 weights rotated past L2, beside the product's composed path (the quantizer op,
   then the GEMM op) and its single op (``linear_sm90``); every case's replays interleaved.
 
-and, timed alone beside them, the bounds of any kernel launched as the product launches its
-quantizer (``quant_bounds.cu``): an empty grid of M blocks (the launch floor) and the bytes moved
-without the arithmetic (bf16 read, one byte per value written, 256 threads x 1..8 vectors).
+Beside them, timed alone: the bounds of any kernel launched as the product launches its quantizer
+(``quant_bounds.cu``), an empty grid of M blocks (the launch floor) and the bytes moved without
+the arithmetic (bf16 read, one byte per value written, 256 threads x 1..8 vectors).
 
 A shape whose codes or scales differ from the product's in any bit is reported and not timed.
 Needs an sm_90 GPU, nvcc and the package's extension built.
@@ -96,9 +96,10 @@ def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
             continue
         alone[name] = lambda t=threads, v=vecs: lib.per_token(x, t, v, False)
         layer[name] = [lambda i=i, t=threads, v=vecs: gemm(*lib.per_token(x, t, v, True), i) for i in range(n_sets)]
-    bounds = {"empty grid": lambda: lib.empty(x, m), **{f"copy 256 x {v}": lambda v=v: lib.copy(x, v) for v in COPY_VECS}}
+    copies = {f"copy 256 x {v}": lambda v=v: lib.copy(x, v) for v in COPY_VECS}
     t_alone = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in alone.items()}
-    t_bounds = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in bounds.items()}
+    t_copies = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in copies.items()}
+    t_empty = harness.time_graph([lambda: lib.empty(x, m)] * 8, replays=20)
     t_layer = harness.time_interleaved(layer, "cuda")
     for name, t in t_alone.items():
         in_layer = t_layer[name if name != "product" else "product, composed"]
@@ -109,7 +110,8 @@ def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
                  "layer_us": round(t_layer["product, single op"].us, 3)})
     rows += [{"K": k, "M": m, "N": n, "config": name, "differs": True} for name in differ]
     rows += [{**quant.row("quantize_per_token bound", m, k, name, False, t.us, 3 * m * k, ceilings), "N": n,
-              "bound": True} for name, t in t_bounds.items()]
+              "bound": True} for name, t in t_copies.items()]
+    rows.append({"K": k, "M": m, "N": n, "config": "empty grid", "us": round(t_empty.us, 3), "bound": True})
     return rows
 
 
