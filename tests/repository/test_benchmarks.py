@@ -236,3 +236,21 @@ def test_quantizer_shape_sweep_candidates_and_its_gpu_requirement():
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit, match="sm_90 GPU"):
             quant.main(["--k", "4096", "--m", "256"])
+
+
+def test_timeline_splits_a_layer_call_at_its_kernels_ends():
+    """benchmarks.timeline: gaps between kernels, and per call the quantizer's time past the GEMM
+    before it and the GEMM's past the quantizer (their sum: the call's share of the stream)."""
+    from benchmarks import timeline
+
+    quant, gemm = "void w8a8::quantize_per_token_kernel<...>", "cutlass::device_kernel<GemmUniversal<...>>"
+    events = [(quant, 100.0, 110.0), (gemm, 109.0, 154.0), (quant, 143.0, 165.0), (gemm, 163.5, 212.0)]
+    rows = timeline.kernel_rows(events)
+    assert [r["kernel"] for r in rows] == ["quantizer", "gemm", "quantizer", "gemm"]
+    assert [r["gap_us"] for r in rows] == [None, -1.0, -11.0, -1.5]
+    assert rows[2]["start_us"] == 43.0 and rows[2]["us"] == 22.0
+    assert timeline.layer_splits(rows) == [
+        {"quantizer_past_gemm_us": 11.0, "gemm_past_quantizer_us": 47.0, "call_us": 58.0}]
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+            timeline.main(["--m", "16"])
