@@ -7,14 +7,15 @@ product's per-token kernel (csrc/quantize/quantize_per_token.cuh) at every shape
 ``quant_shapes.cuh``, bf16 rows in 16-byte vectors. For each (K, M), every shape that holds a row
 with the fewest vectors for its thread count, and the two-pass shapes:
 
-* alone: 8 launches back to back in one CUDA graph on the same x, as the quant suite times the
-  product op (``quantize_per_token_sm90``, timed beside them), against the HBM rate;
+* alone: 8 launches back to back in one CUDA graph on the same x (which stays in L2 where it
+  fits; the quant suite rotates copies of x instead), the product op (``quantize_per_token_sm90``)
+  timed beside them, against the HBM rate;
 * in the layer: the shape at the largest shared-memory split, then ``w8a8::scaled_mm_sm90`` on
   N x K int8 weights rotated past L2, beside the product's composed path (the quantizer op,
   then the GEMM op) and its single op (``linear_sm90``); every case's replays interleaved.
 
-The arithmetic variants (``quant_variants.cu``) at the product's register shapes likewise: a
-copy of the product's body (the control), fewer instructions per value for the same codes, and,
+The arithmetic variants (``quant_variants.cu``) at the product's register shapes likewise, beside
+the product's kernel at the same shapes: fewer instructions per value for the same codes, and,
 timed only (their codes differ, so they are not compared), no tie check and no row reduction.
 Beside them, timed alone: the bounds of any kernel launched as the product launches its quantizer
 (``quant_bounds.cu``), an empty grid of M blocks (the launch floor) and the bytes moved without
@@ -36,7 +37,7 @@ NAMESPACE = "w8a8_qsweep"
 SOURCES = ("quant_shapes_plain.cu", "quant_shapes_full.cu", "quant_variants.cu", "quant_bounds.cu",
            "quant_shapes_ops.cpp")
 # quant_variants.cu's arithmetic variants by number; the last two change the codes (timing only).
-VARIANTS = {0: "product arithmetic", 1: "fma check", 2: "no tie check", 3: "no row reduction"}
+VARIANTS = {1: "fma check", 2: "no tie check", 3: "no row reduction"}
 INEXACT = {2, 3}
 COPY_VECS = (1, 2, 4, 8)  # the copy bound's vectors per thread
 M_VALUES = (256, 512, 1024, 2048, 4096, 8192)

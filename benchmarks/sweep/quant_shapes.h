@@ -29,8 +29,8 @@ extern const Shape kFullSmem[];
 extern const int kNumShapes;
 
 // The arithmetic variants (quant_variants.cu): the product's register shapes, each with one of
-// its pieces replaced (variant 0: none, the control; 1: fewer instructions per value, the same
-// codes; 2: no tie check; 3: no row reduction; 2 and 3 for timing only), plain and at the
+// its pieces replaced (1: fewer instructions per value, the same codes; 2: no tie check; 3: no
+// row reduction; 2 and 3 for timing only), plain and at the
 // largest shared-memory split, in the same order.
 struct VariantShape {
   int variant;

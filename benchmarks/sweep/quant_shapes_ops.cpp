@@ -6,7 +6,7 @@
 //       or vecs 0). Same outputs as w8a8::quantize_per_token_sm90 (the sweep checks the bits).
 //   variant_shapes() -> int[]   the arithmetic variants' (variant, threads, vectors) triples, flattened
 //   variant(Tensor x, int variant, int threads, int vecs, bool full_smem) -> (q, scale)
-//       one arithmetic variant (quant_variants.cu); variants 0 and 1 give the product's outputs
+//       one arithmetic variant (quant_variants.cu); variant 1 gives the product's outputs
 //   empty(Tensor x, int blocks) -> ()          the launch floor: `blocks` blocks that only wait
 //   copy(Tensor x, int vecs) -> Tensor          x's bytes read, one byte per value written
 #include <cstdint>
@@ -24,16 +24,14 @@
 namespace w8a8::qsweep {
 namespace {
 
-std::vector<int64_t> pairs(const Shape* table, int count) {
+std::vector<int64_t> shapes() {
   std::vector<int64_t> out;
-  for (int i = 0; i < count; ++i) {
-    out.push_back(table[i].threads);
-    out.push_back(table[i].vecs);
+  for (int i = 0; i < kNumShapes; ++i) {
+    out.push_back(kPlain[i].threads);
+    out.push_back(kPlain[i].vecs);
   }
   return out;
 }
-
-std::vector<int64_t> shapes() { return pairs(kPlain, kNumShapes); }
 
 std::vector<int64_t> variant_shapes() {
   std::vector<int64_t> out;
@@ -77,7 +75,6 @@ std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, int64_t threads
 std::tuple<at::Tensor, at::Tensor> per_token(const at::Tensor& x, int64_t threads, int64_t vecs, bool full_smem) {
   return quantize(x, threads, vecs, full_smem ? kFullSmem : kPlain, kNumShapes);
 }
-
 
 std::tuple<at::Tensor, at::Tensor> variant(const at::Tensor& x, int64_t which, int64_t threads, int64_t vecs,
                                            bool full_smem) {

@@ -1,7 +1,7 @@
 // Variants of the per-token kernel's arithmetic (the lab, not the product), at the product's
 // launch shapes: the product's kernel body (quantize_per_token.cuh, rows held in registers)
 // with one piece replaced, to split its time between the row reduction and the per-value work.
-//   0 product:          the product's arithmetic, a copy of its body (the control);
+// The product's own kernel at the same shapes is in the sweep's shape table (its control).
 //   1 fma check:        the same codes from fewer instructions per value: sum = fma(v, inv,
 //                       kRintMagic) rounds the exact product v * inv to an integer once, and the
 //                       tie check reads the exact remainder fma(v, inv, -rint) (one FMUL and one
@@ -33,7 +33,7 @@ __device__ __forceinline__ void widen_bits(const Raw<Bf16, kV>& raw, float (&v)[
 
 template <int kVariant>
 __device__ __forceinline__ PackedCodes<kV> codes_of(const float (&v)[kV], const RowScale& rs) {
-  if constexpr (kVariant == 0 || kVariant == 3) {
+  if constexpr (kVariant == 3) {
     return quantize_per_token_codes<kV>(v, rs);
   } else {
     float sum[kV];
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(block_threads<kThreads>())
     const int64_t idx = lane + int64_t(j) * kThreads;
     if (row_ok && idx < vecs) {
       float v[kV];
-      if constexpr (kVariant == 0 || kVariant == 3) {
+      if constexpr (kVariant == 3) {
         widen<Bf16, kV>(raw[j], v);
       } else {
         widen_bits(raw[j], v);
@@ -120,8 +120,7 @@ void run_variant(const void* x, int64_t ldx, int8_t* q, float* scale, int64_t ro
 #define W8A8_QSWEEP_VARIANT_SHAPES(S, v) \
   S(256, 2, v) S(128, 4, v) S(512, 2, v) S(256, 4, v) S(512, 4, v) S(256, 7, v) S(512, 7, v)
 #define W8A8_QSWEEP_VARIANTS(S) \
-  W8A8_QSWEEP_VARIANT_SHAPES(S, 0) W8A8_QSWEEP_VARIANT_SHAPES(S, 1) W8A8_QSWEEP_VARIANT_SHAPES(S, 2) \
-  W8A8_QSWEEP_VARIANT_SHAPES(S, 3)
+  W8A8_QSWEEP_VARIANT_SHAPES(S, 1) W8A8_QSWEEP_VARIANT_SHAPES(S, 2) W8A8_QSWEEP_VARIANT_SHAPES(S, 3)
 
 }  // namespace
 
