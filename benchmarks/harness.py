@@ -257,6 +257,17 @@ def environment(device="cuda") -> dict[str, str]:
     }
 
 
+def int8_gemm_bytes(m: int, n: int, k: int) -> int:
+    """Bytes an int8 GEMM with the fused epilogue moves: int8 activations and weights read, bf16
+    out written, fp32 per-token and per-channel scales read."""
+    return m * k + n * k + 2 * m * n + 4 * (m + n)
+
+
+def quantizer_bytes(m: int, k: int) -> int:
+    """Bytes the per-token quantizer moves: x read as bf16, int8 codes and fp32 scales written."""
+    return 2 * m * k + m * k + 4 * m
+
+
 def gemm_row(name: str, m: int, n: int, k: int, timing: Timing, bytes_moved: int, ceilings: dict,
              bf16_us: float | None, peak_key: str = "int8_practical_ops") -> dict:
     """One result row: us, TOP/s, GB/s, ratio to bf16, % of the binding ceiling.

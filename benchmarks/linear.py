@@ -57,8 +57,8 @@ def bench_shape(m: int, n: int, k: int, backends: list[str], ceilings: dict, dev
                              ceilings, bf16_us, peak_key="bf16_flops")]
     # Bytes of the unfused path: read x (bf16), write+read q (int8) and scales, read W, write out.
     bytes_e2e = 2 * m * k + 2 * m * k + n * k + 2 * m * n
-    bytes_kernel = m * k + n * k + 2 * m * n + 4 * (m + n)
-    rows += [harness.gemm_row(name, m, n, k, timings[name], bytes_kernel if name.startswith(KERNEL_ROW) else bytes_e2e,
+    rows += [harness.gemm_row(name, m, n, k, timings[name],
+                              harness.int8_gemm_bytes(m, n, k) if name.startswith(KERNEL_ROW) else bytes_e2e,
                               ceilings, bf16_us)
              for name in cases if name != "bf16 F.linear"]
     return rows

@@ -73,7 +73,7 @@ def run(args, device: torch.device, ceilings: dict) -> list[dict]:
                   for _ in range(harness.rotation_count(2 * m * k))]
             q = torch.empty(m, k, dtype=torch.int8, device="cuda")
             s = torch.empty(m, 1, dtype=torch.float32, device="cuda")
-            moved = 2 * m * k + m * k + 4 * m
+            moved = harness.quantizer_bytes(m, k)
             start = len(rows)
             if _cuda_quantizer_available():
                 t = harness.time_graph([lambda x=x: torch.ops.w8a8.quantize_per_token_sm90(x) for x in xs], replays=20)

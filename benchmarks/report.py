@@ -121,6 +121,7 @@ def layer_over_kernel_table(rows: list[dict], ceilings: dict, backend: str = "sm
     codes (same run, interleaved), in us and in units of the quantizer's ideal time (x read as
     bf16, codes and scales written, at the run's HBM rate), M >= 512; a difference smaller than
     either row's spread over its replays (max - min) is shown as that spread."""
+    from benchmarks import harness
     from benchmarks.linear import KERNEL_ROW
 
     idx = {(r["impl"], r["M"], r["N"], r["K"]): r for r in rows}
@@ -134,7 +135,7 @@ def layer_over_kernel_table(rows: list[dict], ceilings: dict, backend: str = "sm
                 cells.append("-")
                 continue
             diff, noise = layer["us"] - kernel["us"], max(r["us"] * r["spread"] for r in (layer, kernel))
-            ideal = (3 * m * k + 4 * m) / ceilings["hbm_bytes_per_s"] * 1e6
+            ideal = harness.quantizer_bytes(m, k) / ceilings["hbm_bytes_per_s"] * 1e6
             cells.append(f"{diff:.1f} ({diff / ideal:.2f}x)" if abs(diff) >= noise else f"within noise ({noise:.0f})")
         body.append([f"{n} x {k}"] + cells)
     return _table(["N x K"] + [f"M={m}" for m in ms], body)

@@ -69,7 +69,7 @@ def operands(m: int, n: int, k: int, device, activations: str = "uniform") -> Op
         w_q=[torch.randint(-128, 128, (n, k), dtype=torch.int8, device=device) for _ in range(n_sets)],
         w_s=[torch.rand(n, device=device) * 1e-3 + 1e-4 for _ in range(n_sets)],
         x=x, a_q=a_q, a_s=a_s,
-        int8_bytes=m * k + n * k + 2 * m * n + 4 * (m + n),
+        int8_bytes=harness.int8_gemm_bytes(m, n, k),
     )
 
 

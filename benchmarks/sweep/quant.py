@@ -88,7 +88,7 @@ def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
     n_sets = harness.rotation_count(n * k)
     weights = [torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda") for _ in range(n_sets)]
     w_scales = [torch.rand(n, device="cuda") * 1e-3 + 1e-4 for _ in range(n_sets)]
-    moved = 3 * m * k + 4 * m
+    moved = harness.quantizer_bytes(m, k)
 
     def gemm(q, s, i):
         return torch.ops.w8a8.scaled_mm_sm90(q, weights[i], s, w_scales[i], None, torch.bfloat16, "", None, "auto")
