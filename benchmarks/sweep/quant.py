@@ -37,7 +37,8 @@ NAMESPACE = "w8a8_qsweep"
 SOURCES = ("quant_shapes_plain.cu", "quant_shapes_full.cu", "quant_variants.cu", "quant_bounds.cu",
            "quant_shapes_ops.cpp")
 # quant_variants.cu's arithmetic variants by number; the last two change the codes (timing only).
-VARIANTS = {1: "fma check", 2: "no tie check", 3: "no row reduction"}
+VARIANTS = {1: "fma check", 2: "no tie check", 3: "no row reduction", 4: "corrected quotient",
+            5: "one check per thread"}
 INEXACT = {2, 3}
 COPY_VECS = (1, 2, 4, 8)  # the copy bound's vectors per thread
 M_VALUES = (256, 512, 1024, 2048, 4096, 8192)
@@ -73,6 +74,49 @@ def _variant(lib, number: int, x, threads: int, vecs: int, full_smem: bool):
 
 def _pairs(flat: list[int]) -> list[tuple[int, int]]:
     return list(zip(flat[0::2], flat[1::2]))
+
+
+def every_value_rows(k: int = 28672):
+    """bf16 rows of ``k`` values that hold, for each of the 128 bf16 significands as the row's
+    max at exponents across the whole range, every bf16 value of no larger magnitude (a row's
+    first value is its max; a row's last slots repeat its last value). Codes by the reciprocal
+    product can differ from the quotient's only next to half-integers, at particular pairs of
+    significands; the quotient is the same at every exponent while the scale stays normal."""
+    import numpy as np
+    import torch
+
+    every = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
+    every = np.sort(every[np.isfinite(every)])
+    rows = []
+    for e in (-133, -126, -110, -100, -96, -60, -20, -1, 0, 1, 20, 60, 100, 120, 127):
+        for significand in range(128):
+            amax = np.float32(np.ldexp(1 + significand / 128, e))
+            if not np.isfinite(amax) or amax == 0:
+                continue
+            amax = (np.array([amax], np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32)[0]
+            below = every[np.abs(every) <= amax]
+            for start in range(0, below.size, k - 1):
+                chunk = below[start:start + k - 1]
+                rows.append(np.concatenate([[amax], chunk, np.full(k - 1 - chunk.size, chunk[-1], np.float32)]))
+    return torch.from_numpy(np.stack(rows)).to(torch.bfloat16)
+
+
+def check_every_value(lib) -> None:
+    """The exact variants against the product's op on every_value_rows(): prints the codes that
+    differ (0 is the only acceptable answer)."""
+    import torch
+
+    x = every_value_rows().cuda()
+    want_q, want_s = torch.ops.w8a8.quantize_per_token_sm90(x)
+    triples = lib.variant_shapes()
+    for number, label in VARIANTS.items():
+        if number in INEXACT:
+            continue
+        shapes = [(t, v) for n_, t, v in zip(triples[0::3], triples[1::3], triples[2::3]) if n_ == number]
+        for threads, vecs in candidates(x.shape[1], shapes):
+            q, s = lib.variant(x, number, threads, vecs, False)
+            print(f"every value, {x.shape[0]} rows x {x.shape[1]}: {label} {threads} x {vecs}: "
+                  f"{int((q != want_q).sum())} codes and {int((s != want_s).sum())} scales differ", flush=True)
 
 
 def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
@@ -152,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     import w8a8  # noqa: F401  (registers torch.ops.w8a8)
 
     lib = load()
+    check_every_value(lib)
     ceilings = harness.measure_ceilings("cuda")
     rows = []
     for k in args.k:

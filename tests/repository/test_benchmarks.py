@@ -243,7 +243,9 @@ def test_timeline_splits_a_layer_call_at_its_kernels_ends():
     before it and the GEMM's past the quantizer (their sum: the call's share of the stream)."""
     from benchmarks import timeline
 
-    quant, gemm = "void w8a8::quantize_per_token_kernel<...>", "cutlass::device_kernel<GemmUniversal<...>>"
+    # The GEMM's mangled name holds "Dequantize" (its epilogue's function): still the GEMM.
+    quant = "void w8a8::quantize_per_token_kernel<...>"
+    gemm = "_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversal...Sm90ComputeINS7_12DequantizeFnE..."
     events = [(quant, 100.0, 110.0), (gemm, 109.0, 154.0), (quant, 143.0, 165.0), (gemm, 163.5, 212.0)]
     rows = timeline.kernel_rows(events)
     assert [r["kernel"] for r in rows] == ["quantizer", "gemm", "quantizer", "gemm"]
