@@ -14,9 +14,6 @@ with the fewest vectors for its thread count, and the two-pass shapes:
   N x K int8 weights rotated past L2, beside the product's composed path (the quantizer op,
   then the GEMM op) and its single op (``linear_sm90``); every case's replays interleaved.
 
-The arithmetic variants (``quant_variants.cu``) at the product's register shapes likewise, beside
-the product's kernel at the same shapes: fewer instructions per value for the same codes, and,
-timed only (their codes differ, so they are not compared), no tie check and no row reduction.
 Beside them, timed alone: the bounds of any kernel launched as the product launches its quantizer
 (``quant_bounds.cu``), an empty grid of M blocks (the launch floor) and the bytes moved without
 the arithmetic (bf16 read, one byte per value written, 256 threads x 1..8 vectors).
@@ -34,12 +31,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAMESPACE = "w8a8_qsweep"
-SOURCES = ("quant_shapes_plain.cu", "quant_shapes_full.cu", "quant_variants.cu", "quant_bounds.cu",
-           "quant_shapes_ops.cpp")
-# quant_variants.cu's arithmetic variants by number; the last two change the codes (timing only).
-VARIANTS = {1: "fma check", 2: "no tie check", 3: "no row reduction", 4: "corrected quotient",
-            5: "one check per thread"}
-INEXACT = {2, 3}
+SOURCES = ("quant_shapes_plain.cu", "quant_shapes_full.cu", "quant_bounds.cu", "quant_shapes_ops.cpp")
 COPY_VECS = (1, 2, 4, 8)  # the copy bound's vectors per thread
 M_VALUES = (256, 512, 1024, 2048, 4096, 8192)
 VEC = 8  # bf16 values in a 16-byte vector
@@ -68,55 +60,8 @@ def candidates(k: int, shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return sorted(held.items()) + [(t, v) for t, v in shapes if v == 0]
 
 
-def _variant(lib, number: int, x, threads: int, vecs: int, full_smem: bool):
-    return lib.variant(x, number, threads, vecs, full_smem)
-
-
 def _pairs(flat: list[int]) -> list[tuple[int, int]]:
     return list(zip(flat[0::2], flat[1::2]))
-
-
-def every_value_rows(k: int = 28672):
-    """bf16 rows of ``k`` values that hold, for each of the 128 bf16 significands as the row's
-    max at exponents across the whole range, every bf16 value of no larger magnitude (a row's
-    first value is its max; a row's last slots repeat its last value). Codes by the reciprocal
-    product can differ from the quotient's only next to half-integers, at particular pairs of
-    significands; the quotient is the same at every exponent while the scale stays normal."""
-    import numpy as np
-    import torch
-
-    every = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
-    every = np.sort(every[np.isfinite(every)])
-    rows = []
-    for e in (-133, -126, -110, -100, -96, -60, -20, -1, 0, 1, 20, 60, 100, 120, 127):
-        for significand in range(128):
-            amax = np.float32(np.ldexp(1 + significand / 128, e))
-            if not np.isfinite(amax) or amax == 0:
-                continue
-            amax = (np.array([amax], np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32)[0]
-            below = every[np.abs(every) <= amax]
-            for start in range(0, below.size, k - 1):
-                chunk = below[start:start + k - 1]
-                rows.append(np.concatenate([[amax], chunk, np.full(k - 1 - chunk.size, chunk[-1], np.float32)]))
-    return torch.from_numpy(np.stack(rows)).to(torch.bfloat16)
-
-
-def check_every_value(lib) -> None:
-    """The exact variants against the product's op on every_value_rows(): prints the codes that
-    differ (0 is the only acceptable answer)."""
-    import torch
-
-    x = every_value_rows().cuda()
-    want_q, want_s = torch.ops.w8a8.quantize_per_token_sm90(x)
-    triples = lib.variant_shapes()
-    for number, label in VARIANTS.items():
-        if number in INEXACT:
-            continue
-        shapes = [(t, v) for n_, t, v in zip(triples[0::3], triples[1::3], triples[2::3]) if n_ == number]
-        for threads, vecs in candidates(x.shape[1], shapes):
-            q, s = lib.variant(x, number, threads, vecs, False)
-            print(f"every value, {x.shape[0]} rows x {x.shape[1]}: {label} {threads} x {vecs}: "
-                  f"{int((q != want_q).sum())} codes and {int((s != want_s).sum())} scales differ", flush=True)
 
 
 def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
@@ -144,23 +89,14 @@ def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
                                                                            padding.padded_rows(m), "")
                                     for i in range(n_sets)]}
     rows, differ = [], []
-    variants = [("", lib.per_token, shape, False) for shape in candidates(k, _pairs(lib.shapes()))]
-    triples = lib.variant_shapes()
-    for number, label in VARIANTS.items():
-        shapes = [(t, v) for n_, t, v in zip(triples[0::3], triples[1::3], triples[2::3]) if n_ == number]
-        run = functools.partial(_variant, lib, number)
-        variants += [(f"{label} ", run, shape, number in INEXACT) for shape in candidates(k, shapes)]
-    inexact = set()
-    for prefix, run, (threads, vecs), timing_only in variants:
-        name = prefix + (f"{threads} x {vecs}" if vecs else f"{threads} x two-pass")
-        q, s = run(x, threads, vecs, False)
-        if timing_only:
-            inexact.add(name)
-        elif not (torch.equal(q, want_q) and torch.equal(s, want_s)):
+    for threads, vecs in candidates(k, _pairs(lib.shapes())):
+        name = f"{threads} x {vecs}" if vecs else f"{threads} x two-pass"
+        q, s = lib.per_token(x, threads, vecs, False)
+        if not (torch.equal(q, want_q) and torch.equal(s, want_s)):
             differ.append(name)
             continue
-        alone[name] = lambda f=run, t=threads, v=vecs: f(x, t, v, False)
-        layer[name] = [lambda i=i, f=run, t=threads, v=vecs: gemm(*f(x, t, v, True), i) for i in range(n_sets)]
+        alone[name] = lambda t=threads, v=vecs: lib.per_token(x, t, v, False)
+        layer[name] = [lambda i=i, t=threads, v=vecs: gemm(*lib.per_token(x, t, v, True), i) for i in range(n_sets)]
     copies = {f"copy 256 x {v}": lambda v=v: lib.copy(x, v) for v in COPY_VECS}
     t_alone = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in alone.items()}
     t_copies = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in copies.items()}
@@ -170,7 +106,7 @@ def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
         in_layer = t_layer[name if name != "product" else "product, composed"]
         rows.append({**quant.row("quantize_per_token sm90" if name == "product" else "quantize_per_token sweep",
                                  m, k, name, name == "product", t.us, moved, ceilings),
-                     "N": n, "layer_us": round(in_layer.us, 3), **({"timing_only": True} if name in inexact else {})})
+                     "N": n, "layer_us": round(in_layer.us, 3)})
     rows.append({"K": k, "M": m, "N": n, "config": "product, single op", "us": None,
                  "layer_us": round(t_layer["product, single op"].us, 3)})
     rows += [{"K": k, "M": m, "N": n, "config": name, "differs": True} for name in differ]
@@ -196,14 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     import w8a8  # noqa: F401  (registers torch.ops.w8a8)
 
     lib = load()
-    check_every_value(lib)
     ceilings = harness.measure_ceilings("cuda")
     rows = []
     for k in args.k:
         for m in args.m:
             point = sweep_point(lib, k, m, args.n, ceilings)
             rows += point
-            timed = [r for r in point if r.get("us") is not None and not r.get("bound") and not r.get("timing_only")]
+            timed = [r for r in point if r.get("us") is not None and not r.get("bound")]
             empty = next(r for r in point if r.get("config") == "empty grid")
             copy = min((r for r in point if r.get("bound") and r is not empty), key=lambda r: r["us"])
             best = min(timed[1:], key=lambda r: r["us"], default=timed[0])
@@ -213,10 +148,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"best in layer {best_layer['config']} {best_layer['layer_us']:8.2f}; bounds: empty grid "
                   f"{empty['us']:5.2f}, {copy['config']} {copy['us']:7.2f} ({copy['pct_hbm']:5.1f}%)"
                   + "".join(f"; {r['config']} DIFFERS" for r in point if r.get("differs")), flush=True)
-            for r in point:
-                if r["config"].startswith(tuple(VARIANTS.values())):
-                    print(f"    {r['config']:28s} alone {r['us']:7.2f} us, layer {r['layer_us']:8.2f}"
-                          + (" (timing only)" if r.get("timing_only") else ""), flush=True)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         path = os.path.join(args.out, f"quant_shapes_{harness.device_tag(torch.device('cuda'))}.json")

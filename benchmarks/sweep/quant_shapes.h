@@ -28,18 +28,6 @@ extern const Shape kPlain[];
 extern const Shape kFullSmem[];
 extern const int kNumShapes;
 
-// The arithmetic variants (quant_variants.cu): the product's register shapes, each with one of
-// its pieces replaced (1: fewer instructions per value, the same codes; 2: no tie check; 3: no
-// row reduction; 2 and 3 for timing only), plain and at the
-// largest shared-memory split, in the same order.
-struct VariantShape {
-  int variant;
-  Shape shape;
-};
-extern const VariantShape kVariants[];
-extern const VariantShape kVariantsFull[];
-extern const int kNumVariants;
-
 // The bounds (quant_bounds.cu): a grid of `blocks` empty blocks, and the quantizer's bytes moved
 // without its arithmetic (n_vecs 16-byte bf16 vectors in, 8 bytes out each; vecs per thread 1, 2,
 // 4 or 8, else false and nothing launched). Both launched as the product's quantizer.

@@ -4,9 +4,6 @@
 //       x [M, K] bf16 on an sm_90 GPU, unit stride along K, K a multiple of 8 and 16-byte
 //       aligned rows; the shape must be in the table and hold a row (threads x vecs x 8 >= K,
 //       or vecs 0). Same outputs as w8a8::quantize_per_token_sm90 (the sweep checks the bits).
-//   variant_shapes() -> int[]   the arithmetic variants' (variant, threads, vectors) triples, flattened
-//   variant(Tensor x, int variant, int threads, int vecs, bool full_smem) -> (q, scale)
-//       one arithmetic variant (quant_variants.cu); variant 1 gives the product's outputs
 //   empty(Tensor x, int blocks) -> ()          the launch floor: `blocks` blocks that only wait
 //   copy(Tensor x, int vecs) -> Tensor          x's bytes read, one byte per value written
 #include <cstdint>
@@ -29,16 +26,6 @@ std::vector<int64_t> shapes() {
   for (int i = 0; i < kNumShapes; ++i) {
     out.push_back(kPlain[i].threads);
     out.push_back(kPlain[i].vecs);
-  }
-  return out;
-}
-
-std::vector<int64_t> variant_shapes() {
-  std::vector<int64_t> out;
-  for (int i = 0; i < kNumVariants; ++i) {
-    out.push_back(kVariants[i].variant);
-    out.push_back(kVariants[i].shape.threads);
-    out.push_back(kVariants[i].shape.vecs);
   }
   return out;
 }
@@ -76,16 +63,6 @@ std::tuple<at::Tensor, at::Tensor> per_token(const at::Tensor& x, int64_t thread
   return quantize(x, threads, vecs, full_smem ? kFullSmem : kPlain, kNumShapes);
 }
 
-std::tuple<at::Tensor, at::Tensor> variant(const at::Tensor& x, int64_t which, int64_t threads, int64_t vecs,
-                                           bool full_smem) {
-  std::vector<Shape> table;
-  for (int i = 0; i < kNumVariants; ++i) {
-    if (kVariants[i].variant == which) table.push_back(full_smem ? kVariantsFull[i].shape : kVariants[i].shape);
-  }
-  TORCH_CHECK(!table.empty(), "w8a8_qsweep.variant: no variant ", which, " (variant_shapes() lists them)");
-  return quantize(x, threads, vecs, table.data(), static_cast<int>(table.size()));
-}
-
 void empty(const at::Tensor& x, int64_t blocks) {
   TORCH_CHECK(x.is_cuda() && blocks > 0, "w8a8_qsweep.empty: x must be a CUDA tensor (the device) and blocks > 0, got ",
               x.device(), ", ", blocks);
@@ -115,9 +92,6 @@ TORCH_LIBRARY(w8a8_qsweep, m) {
   m.def("shapes() -> int[]", &w8a8::qsweep::shapes);
   m.def("per_token(Tensor x, int threads, int vecs, bool full_smem) -> (Tensor, Tensor)");
   m.impl("per_token", c10::DispatchKey::CUDA, &w8a8::qsweep::per_token);
-  m.def("variant_shapes() -> int[]", &w8a8::qsweep::variant_shapes);
-  m.def("variant(Tensor x, int variant, int threads, int vecs, bool full_smem) -> (Tensor, Tensor)");
-  m.impl("variant", c10::DispatchKey::CUDA, &w8a8::qsweep::variant);
   m.def("empty(Tensor x, int blocks) -> ()");
   m.impl("empty", c10::DispatchKey::CUDA, &w8a8::qsweep::empty);
   m.def("copy(Tensor x, int vecs) -> Tensor");

@@ -1,6 +1,6 @@
 // The per-token kernel of the CUDA activation quantizers (launched by Launch, quantize.cu): a
-// row's largest |x| (RowMax, reduce_row), its scale (RowScale) and its codes by the reciprocal
-// product (quantize_per_token_codes), the row held in registers or read twice. Included by
+// row's largest |x| (RowMax, reduce_row), its scale (RowScale) and its codes without a division
+// per value (quantize_per_token_codes), the row held in registers or read twice. Included by
 // quantize.cu only (the anonymous namespace: internal to that translation unit).
 #pragma once
 
@@ -99,15 +99,27 @@ __device__ __forceinline__ void reduce_row(float& amax, bool& bad) {
   }
 }
 
-// rint(v / scale) without an IEEE division per element: y = v * (1 / scale), two roundings
-// (the reciprocal's and the product's), is within 2^-23 |y| of the quotient, under 2^-16 for
-// |y| <= 127.0001 (the quantizable rows: every |v| <= amax and scale = RN(amax / 127)). It can
-// round to another integer than the quotient only where the two straddle a half-integer, so
-// values whose y lies within kTieMargin (2^-14, four times that bound) of one, and rows whose
-// reciprocal is not a normal number (exact_row), take __fdiv_rn. Bit-identical to the
-// reference either way; no clamp on the fast path (|y| < 127.5 rounds into [-127, 127]).
+// rint(v / scale) without an IEEE division per element, bit-identical to the reference's
+// rint(RN(v / scale)) either way; no clamp (|quotient| < 127.5 rounds into [-127, 127]).
+//
+// 16-bit rows (bf16, fp16): the quotient corrected once, Q = RN(p + RN(v - p d) inv) with
+// p = RN(v inv), d = scale, inv = RN(1 / d) (two FMAs: the remainder v - p d and the
+// correction), then rint(Q). No test and no branch per value. Exact for every 16-bit value under
+// every row max: the pairs are few enough to check them all (tests/ops/test_quantize.py), and they
+// are the same at every exponent while d >= kMinCorrectedDivisor (the remainder stays on its
+// exact grid); rows with a smaller d (bf16 rows whose max is under 127 * 2^-100) divide.
+// Why: a near-tie test with a branch per vector took up to 1.5x the time of this arithmetic
+// (most of the kernel's distance to a copy of its bytes). [evidence quant.corrected-quotient]
+//
+// fp32 rows: y = v * (1 / scale), two roundings, is within 2^-23 |y| of the quotient, under
+// 2^-16 for |y| <= 127.0001 (the quantizable rows: every |v| <= amax and scale = RN(amax / 127)).
+// It can round to another integer than the quotient only where the two straddle a
+// half-integer, so values whose y lies within kTieMargin (2^-14, four times that bound) of one,
+// and rows whose reciprocal is not a normal number (exact_row), take __fdiv_rn. (The corrected
+// quotient is not proven exact for 24-bit values: its first product need not be within an ulp.)
 // Why: about 9 instructions per value instead of a division. [evidence quant.reciprocal-product]
 constexpr float kTieMargin = 1.0f / 16384.0f;  // 2^-14
+constexpr float kMinCorrectedDivisor = 0x1p-100f;
 
 // A row's scale, from its finite amax and whether it holds Inf/NaN (the reference's rules).
 struct RowScale {
@@ -134,22 +146,39 @@ struct RowScale {
 constexpr float kRintMagic = 12582912.0f;
 
 template <int kVec>
+__device__ __forceinline__ void divided_sums(const float (&v)[kVec], const RowScale& rs, float (&sum)[kVec]) {
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) sum[i] = __fadd_rn(fminf(fmaxf(__fdiv_rn(v[i], rs.divisor), kQMin), kQMax), kRintMagic);
+}
+
+// T: the row's element type (the arithmetic above, by its width).
+template <class T, int kVec>
 __device__ __forceinline__ PackedCodes<kVec> quantize_per_token_codes(const float (&v)[kVec], const RowScale& rs) {
-  float sum[kVec];  // y + kRintMagic: rint(y) in the low byte
-  bool exact = rs.exact_row;
+  float sum[kVec];  // rint(quotient) + kRintMagic: rint in the low byte
+  if constexpr (sizeof(T) == 2) {
+    if (rs.divisor < kMinCorrectedDivisor) {  // the same for the whole row (and every exact_row of a 16-bit row)
+      divided_sums<kVec>(v, rs, sum);
+    } else {
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    const float y = __fmul_rn(v[i], rs.inv);  // _rn: no contraction into the sum below
-    sum[i] = __fadd_rn(y, kRintMagic);
-    // y - rint(y), exact, in [-0.5, 0.5]: near +-0.5 the quotient may round the other way.
-    exact = exact || fabsf(__fsub_rn(y, __fsub_rn(sum[i], kRintMagic))) >= 0.5f - kTieMargin;
-  }
-  // Rare (about one vector in a thousand on random data): a value next to a half-integer
-  // anywhere in the vector sends the whole vector through the IEEE division, so the
-  // common path has one branch per vector, not one per value.
-  if (exact) {
+      for (int i = 0; i < kVec; ++i) {
+        const float p = __fmul_rn(v[i], rs.inv);  // _rn: no contraction
+        const float remainder = __fmaf_rn(-p, rs.divisor, v[i]);
+        sum[i] = __fadd_rn(__fmaf_rn(remainder, rs.inv, p), kRintMagic);
+      }
+    }
+  } else {
+    bool exact = rs.exact_row;
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) sum[i] = __fadd_rn(fminf(fmaxf(__fdiv_rn(v[i], rs.divisor), kQMin), kQMax), kRintMagic);
+    for (int i = 0; i < kVec; ++i) {
+      const float y = __fmul_rn(v[i], rs.inv);  // _rn: no contraction into the sum below
+      sum[i] = __fadd_rn(y, kRintMagic);
+      // y - rint(y), exact, in [-0.5, 0.5]: near +-0.5 the quotient may round the other way.
+      exact = exact || fabsf(__fsub_rn(y, __fsub_rn(sum[i], kRintMagic))) >= 0.5f - kTieMargin;
+    }
+    // Rare (about one vector in a thousand on random data): a value next to a half-integer
+    // anywhere in the vector sends the whole vector through the IEEE division, so the
+    // common path has one branch per vector, not one per value.
+    if (exact) divided_sums<kVec>(v, rs, sum);
   }
   PackedCodes<kVec> codes;
   if constexpr (kVec % 4 == 0) {  // the low bytes of four sums to a word: three byte permutes
@@ -215,7 +244,7 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
       if (row_ok && idx < vecs) {
         float v[kVec];
         widen<T, kVec>(raw[j], v);
-        store(qr + idx * kVec, quantize_per_token_codes<kVec>(v, rs));
+        store(qr + idx * kVec, quantize_per_token_codes<T, kVec>(v, rs));
       }
     }
   } else {
@@ -230,7 +259,7 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
     for (int64_t idx = lane; idx < vecs; idx += kThreadsPerRow) {
       float v[kVec];
       load<T, kVec>(xr + idx * kVec, v);
-      store(qr + idx * kVec, quantize_per_token_codes<kVec>(v, rs));
+      store(qr + idx * kVec, quantize_per_token_codes<T, kVec>(v, rs));
     }
   }
 }

@@ -109,6 +109,97 @@ def test_per_token_near_ties(device, backend, m, k):
     per_token(backend, x.to(device))
 
 
+# Every 16-bit value under a row max, for each significand of the type as that max, at these
+# exponents: the CUDA quantizer's 16-bit arithmetic is the same at every exponent while the
+# scale stays >= 2^-100 (csrc/quantize/quantize_per_token.cuh, kMinCorrectedDivisor); bf16 maxima
+# past that edge (127 * 2^-100 ~ 2^-93) divide. fp16 scales never reach it.
+EVERY_VALUE_EXPONENTS = {torch.bfloat16: (-133, -126, -100, -94, -93, -92, -60, -1, 0, 1, 60, 127),
+                         torch.float16: (-20, -14, 0, 15)}
+SIGNIFICAND_BITS = {torch.bfloat16: 7, torch.float16: 10}  # stored, past the leading one
+
+
+def every_16bit_value(dtype) -> torch.Tensor:
+    """The finite values of a 16-bit float type, ascending, as float32."""
+    values = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype).float()
+    return values[values.isfinite()].unique()
+
+
+def every_value_rows(dtype, exponents) -> torch.Tensor:
+    """One row per (significand, exponent) max: the max, then every value of the type of no
+    larger magnitude down to max / 512 (smaller ones have quotients under 0.25: code 0 by any
+    arithmetic), then the max repeated to the common length. (numpy: a few thousand slices of
+    one sorted array, where torch's small ops would each go through its thread pool.)"""
+    import numpy as np
+
+    magnitudes = every_16bit_value(dtype).numpy()
+    magnitudes = magnitudes[magnitudes > 0]
+    bits = SIGNIFICAND_BITS[dtype]
+    maxima = torch.tensor([2.0**e * (1 + s / (1 << bits)) for e in exponents for s in range(1 << bits)])
+    maxima = np.unique(maxima.to(dtype).float().numpy())  # a subnormal max rounds onto its neighbour
+    maxima = maxima[(maxima > 0) & np.isfinite(maxima)]
+    rows = []
+    for amax in maxima:
+        kept = magnitudes[np.searchsorted(magnitudes, amax / 512):np.searchsorted(magnitudes, amax, side="right")]
+        rows.append(np.concatenate([[amax], kept, -kept]))
+    k = -(-max(r.size for r in rows) // 8) * 8
+    return torch.from_numpy(np.stack([np.pad(r, (0, k - r.size), constant_values=r[0]) for r in rows])).to(dtype)
+
+
+def corrected_codes(v, amax):
+    """The CUDA quantizer's 16-bit arithmetic emulated exactly (numpy, float64 where it is exact,
+    the one inexact float64 sum resolved with its exact error): d = RN(amax / 127), inv = RN(1 / d),
+    p = RN(v inv), r = RN(v - p d), Q = RN(p + r inv), then rint(Q)."""
+    import numpy as np
+
+    d = np.float32(amax) / np.float32(127)
+    inv = np.float32(1) / d
+    p = v * inv
+    pd, v64 = p.astype(np.float64) * np.float64(d), v.astype(np.float64)  # the product: 48 bits, exact
+    assert np.all((pd == 0) == (v64 == 0)) and np.all(np.abs(v64 - pd) <= np.abs(v64) / 2), "v - p d is exact"
+    r = (v64 - pd).astype(np.float32)
+    a, t = p.astype(np.float64), r.astype(np.float64) * np.float64(inv)  # r inv: 48 bits, exact
+    s = a + t
+    err = (a - (s - (s - a))) + (t - (s - a))  # s + err == a + t exactly (TwoSum)
+    q = s.astype(np.float32)
+    # RN32(s) is RN32(a + t) unless s is a float32 midpoint and err moves the exact sum off it.
+    other = np.nextafter(q, np.where(s > q, np.float32(np.inf), np.float32(-np.inf)).astype(np.float32))
+    at_midpoint = (s == (q.astype(np.float64) + other.astype(np.float64)) / 2) & (err != 0)
+    q = np.where(at_midpoint & ((err > 0) == (other > q)), other, q)
+    return np.rint(q)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_corrected_quotient_gives_the_reference_codes_for_every_16bit_value(dtype):
+    """The CUDA quantizer's arithmetic for 16-bit rows (corrected_codes), for every value of the
+    type under each of its significands as the row max (exponent 0, and for fp16 the smallest
+    normal and the largest exponent too): the reference's rint(RN(v / d)), code for code; the
+    product v inv alone rounds some of them to another integer (the correction is needed)."""
+    import numpy as np
+
+    values = every_16bit_value(dtype).numpy()
+    maxima = values[values >= 1][: 1 << SIGNIFICAND_BITS[dtype]]
+    if dtype == torch.float16:
+        maxima = np.concatenate([maxima, values[values >= 2.0**-14][:1024], values[values >= 2.0**15]])
+    wrong = uncorrected_wrong = checked = 0
+    for amax in maxima:
+        d = np.float32(amax) / np.float32(127)
+        v = values[(np.abs(values) <= amax) & (np.abs(values) >= d / 4)]  # below: |Q| < 0.26, code 0
+        reference = np.rint(v / d)  # a float32 division, rounded once
+        wrong += int((corrected_codes(v, amax) != reference).sum())
+        uncorrected_wrong += int((np.rint(v * (np.float32(1) / d)) != reference).sum())
+        checked += v.size
+    assert wrong == 0 and uncorrected_wrong > 0 and checked > len(maxima) * 1000
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("device,backend", kernel_params("quantize_per_token", devices=("cuda",)))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_per_token_every_16bit_value_under_every_row_max(device, backend, dtype):
+    """every_value_rows: every value of the type under each significand as the row max, at
+    exponents across the type's range (bf16: on both sides of the 2^-100 scale edge)."""
+    per_token(backend, every_value_rows(dtype, EVERY_VALUE_EXPONENTS[dtype]).to(device))
+
+
 @pytest.mark.parametrize("device,backend", PER_TOKEN)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_per_token_extreme_magnitudes(device, backend, dtype):

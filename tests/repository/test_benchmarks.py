@@ -256,35 +256,3 @@ def test_timeline_splits_a_layer_call_at_its_kernels_ends():
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit, match="needs a CUDA GPU"):
             timeline.main(["--m", "16"])
-
-
-def test_quantizer_fma_check_arithmetic_gives_the_reference_codes():
-    """The sweep's 'fma check' variant (benchmarks/sweep/quant_variants.cu, variant 1), emulated
-    in float64 (exact for these products and remainders): for every bf16 value v with |v| <= amax,
-    over a sample of amax values, n = rint(v * inv) equals the reference's rint(RN32(v / d)),
-    d = RN32(amax / 127), wherever the remainder fma(v, inv, -n) stays under 0.5 - 2^-14 (the rest
-    take the division). Without that test of the remainder, codes differ."""
-    import numpy as np
-
-    bits = np.arange(65536, dtype=np.uint32)
-    values = (bits << 16).view(np.float32)
-    values = values[np.isfinite(values)]
-    positive = values[values > 0]
-    amaxes = np.concatenate([np.random.default_rng(0).choice(positive, 600, replace=False), positive[-50:]])
-    margin = np.float32(0.5) - np.float32(2.0**-14)
-    divided = wrong = unchecked_wrong = 0
-    for amax in amaxes:
-        d = np.float32(amax / np.float32(127))
-        with np.errstate(over="ignore"):  # 1 / d past the float32 range: an exact_row
-            inv = np.float32(np.float32(1) / d)
-        if not (d >= np.finfo(np.float32).tiny and np.isfinite(inv) and inv >= np.finfo(np.float32).tiny):
-            continue  # exact_row: every value divided
-        v = values[np.abs(values) <= amax]
-        reference = np.clip(np.rint(v / d), -128, 127)  # v / d: a float32 division, rounded once
-        p = v.astype(np.float64) * np.float64(inv)  # the exact product
-        n = np.rint(p)  # fma(v, inv, kRintMagic) - kRintMagic
-        fast = np.abs((p - n).astype(np.float32)) < margin  # fma(v, inv, -n) against the margin
-        divided += int((~fast).sum())
-        wrong += int((fast & (n != reference)).sum())
-        unchecked_wrong += int((n != reference).sum())
-    assert wrong == 0 and divided > 0 and unchecked_wrong > 0
