@@ -15,6 +15,13 @@ Exactness notes, shared by both kernels:
 
 * Division is ``tl.math.div_rn`` (IEEE round to nearest). Triton's ``/`` on fp32
   lowers to an approximate division on NVIDIA GPUs and would not be bit-identical.
+* The per-token kernel on 16-bit rows divides only once per row: its codes are rint(Q),
+  Q = RN(p + RN(x - p d) inv), p = RN(x inv), d the scale, inv = RN(1 / d) (two FMAs per
+  element), which equals RN(x / d) for every 16-bit x under every 16-bit row max; rows whose
+  d is under 2^-100 are scaled by 2^64 first (exact), where that holds too
+  (``_quantize_rows_16bit``; the same arithmetic as the CUDA kernel; tests/ops/test_quantize.py
+  checks every pair). fp32 rows and the fused producers (whose normed or gated values are fp32)
+  divide per element. [evidence quant.corrected-quotient]
 * ``rint`` is the classic magic-number rounding ``(y + 1.5 * 2**23) - 1.5 * 2**23``:
   for |y| <= 2**22 the sum lands in [2**23, 2**24), where the fp32 spacing is 1, so
   the IEEE addition itself rounds y half to even and the subtraction is exact.
@@ -53,6 +60,10 @@ _INF = tl.constexpr(float("inf"))
 # 1.5 * 2**23: adding it rounds any |y| <= 2**22 to an integer, half to even.
 _RINT_MAGIC = tl.constexpr(12582912.0)
 _RINT_LIMIT = tl.constexpr(4194304.0)  # 2**22
+# The corrected quotient's exact range (module docstring): scales from 2**-100 up, smaller
+# ones multiplied by 2**64 with their row.
+_MIN_CORRECTED_DIVISOR = tl.constexpr(2.0**-100)
+_TINY_ROW_FACTOR = tl.constexpr(2.0**64)
 # Where the reference sends +-Inf before adding zero_point (nan_to_num(posinf=4*QMAX, neginf=4*QMIN)).
 _POS_INF_CODE = tl.constexpr(508.0)
 _NEG_INF_CODE = tl.constexpr(-512.0)
@@ -109,6 +120,26 @@ def _quantize_rows(xf, safe_scale, quantizable):
     # bits: bits(n + 1.5 * 2**23) = 0x4B400000 + n, whose low byte is n as int8. This
     # skips the subtraction, the float-to-int conversion and its mask per element.
     y = tl.minimum(tl.maximum(y, _QMIN), _QMAX)
+    y = tl.where(quantizable[:, None], y, 0.0)  # also drops Inf/NaN
+    return (y + _RINT_MAGIC).to(tl.int32, bitcast=True).to(tl.int8)
+
+
+@triton.jit
+def _corrected_row_factors(safe_scale):
+    """Per row, for ``_quantize_rows_16bit``: the factor its values are scaled by (2**64 where
+    the scale is under 2**-100, else 1), the scaled divisor and its reciprocal."""
+    up = tl.where(safe_scale < _MIN_CORRECTED_DIVISOR, _TINY_ROW_FACTOR, 1.0)
+    divisor = safe_scale * up  # exact: a power of two, and the product stays in range
+    return up, divisor, tl.math.div_rn(1.0, divisor)
+
+
+@triton.jit
+def _quantize_rows_16bit(xf, up, divisor, inv, quantizable):
+    """``_quantize_rows`` for values of a 16-bit type, without a division per element: the
+    quotient corrected once (module docstring); no clamp (|Q| < 127.5 rounds into [-127, 127])."""
+    x = xf * up[:, None]
+    p = x * inv[:, None]
+    y = tl.fma(tl.fma(-p, divisor[:, None], x), inv[:, None], p)
     y = tl.where(quantizable[:, None], y, 0.0)  # also drops Inf/NaN
     return (y + _RINT_MAGIC).to(tl.int32, bitcast=True).to(tl.int8)
 
@@ -184,14 +215,25 @@ def _quantize_per_token_kernel(
 
     scale, safe_scale, quantizable = _row_scales(amax, bad)
     tl.store(scale_ptr + rows, scale, mask=row_in)
+    SIXTEEN_BIT: tl.constexpr = x_ptr.dtype.element_ty != tl.float32
+    if SIXTEEN_BIT:
+        up, divisor, inv = _corrected_row_factors(safe_scale)
 
     if SINGLE_PASS:
-        tl.store(q_rows + cols, _quantize_rows(xf, safe_scale, quantizable), mask=mask)
+        if SIXTEEN_BIT:
+            codes = _quantize_rows_16bit(xf, up, divisor, inv, quantizable)
+        else:
+            codes = _quantize_rows(xf, safe_scale, quantizable)
+        tl.store(q_rows + cols, codes, mask=mask)
     else:
         for k0 in range(0, K, BLOCK_K):
             mask = row_in[:, None] & (cols + k0 < K)
             xf = tl.load(x_rows + k0 + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(q_rows + k0 + cols, _quantize_rows(xf, safe_scale, quantizable), mask=mask)
+            if SIXTEEN_BIT:
+                codes = _quantize_rows_16bit(xf, up, divisor, inv, quantizable)
+            else:
+                codes = _quantize_rows(xf, safe_scale, quantizable)
+            tl.store(q_rows + k0 + cols, codes, mask=mask)
 
 
 @triton.jit
