@@ -417,6 +417,12 @@ def test_sm90_quantize_ptx_is_ieee(sm90_ptx_facts):
         assert f["div_rn"] > 0 and f["div_inexact"] == 0 and f["ftz"] == 0, f
         assert f["rint_add"] > 0, f
         assert f["rint_sub"] == (f["rint_add"] if f["name"] == "static" else 0), f
+        # Per token, 16-bit rows: the corrected quotient, two FMAs per code and divisions only
+        # per row; fp32 rows and the static kernel: a division per code.
+        if f["name"].startswith(("per_token/bf16", "per_token/fp16")):
+            assert f["fma"] == 2 * f["rint_add"] and f["div_rn"] < f["rint_add"], f
+        else:
+            assert f["fma"] == 0 and f["div_rn"] >= f["rint_add"], f
 
 
 def test_sm90_fused_quant_ptx(sm90_ptx_facts):

@@ -110,9 +110,10 @@ def test_per_token_near_ties(device, backend, m, k):
 
 
 # Every 16-bit value under a row max, for each significand of the type as that max, at these
-# exponents: the CUDA quantizer's 16-bit arithmetic is the same at every exponent while the
-# scale stays >= 2^-100 (csrc/quantize/quantize_per_token.cuh, kMinCorrectedDivisor); bf16 maxima
-# past that edge (127 * 2^-100 ~ 2^-93) divide. fp16 scales never reach it.
+# exponents: the quantizers' 16-bit arithmetic is the same at every exponent while the scale
+# stays >= 2^-100 (csrc/quantize/quantize_per_token.cuh, kMinCorrectedDivisor); bf16 maxima past
+# that edge (127 * 2^-100 ~ 2^-93) divide (CUDA) or are scaled by 2^64 (Triton), and below
+# 2^-119 the scale is an fp32 subnormal. fp16 scales never reach the edge.
 EVERY_VALUE_EXPONENTS = {torch.bfloat16: (-133, -126, -100, -94, -93, -92, -60, -1, 0, 1, 60, 127),
                          torch.float16: (-20, -14, 0, 15)}
 SIGNIFICAND_BITS = {torch.bfloat16: 7, torch.float16: 10}  # stored, past the leading one
