@@ -25,8 +25,8 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # Every kernel against the exact reference, in ulp of the output dtype: 0, i.e. bit-exact.
 # The epilogue is the reference's fp32 expression, rounded once per operation and never
 # contracted into an FMA (csrc/common/scaled_mm_dequant.cuh, csrc/sm90/scaled_mm_sm90_epilogue.cuh,
-# w8a8/triton/scaled_mm.py), the int32 accumulation is exact, and the quantizers use IEEE
-# division (reference.py: "kernels must use the same to be bit-identical").
+# w8a8/triton/scaled_mm.py), the int32 accumulation is exact, and the quantizers give the IEEE
+# quotients (reference.py: a division rounded to nearest, or arithmetic proven to equal it).
 KERNEL_ULP = {torch.bfloat16: 0, torch.float16: 0, torch.float32: 0}
 # The one exception: Triton's CPU interpreter (tests only, never a product path) converts
 # fp32 to a 16-bit output with numpy, which does not round to nearest even for bf16: up to

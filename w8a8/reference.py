@@ -22,8 +22,9 @@ Scaled matmul::
     acc = a @ b^T                        exact, int32 (a int8 [M, K], b int8 [N, K])
     out = a_scale * (b_scale^T * fp32(acc)) + bias      in fp32, one rounding to out_dtype
 
-All fp32 divisions are IEEE round-to-nearest; kernels must use the same
-(Triton: ``tl.math.div_rn``) to be bit-identical.
+All fp32 divisions are IEEE round-to-nearest; kernels must give the same quotients to be
+bit-identical: a division rounded to nearest (Triton: ``tl.math.div_rn``), or arithmetic
+proven to equal it (the quantizers' corrected reciprocal products).
 
 Fused producers + quantization: the per-token quantizer fused into what computes its
 input in a Llama block, RMSNorm (with or without the residual add) and the MLP's
