@@ -144,6 +144,17 @@ def _quantize_rows_16bit(xf, up, divisor, inv, quantizable):
     return (y + _RINT_MAGIC).to(tl.int32, bitcast=True).to(tl.int8)
 
 
+@triton.jit
+def _per_token_codes(xf, safe_scale, up, divisor, inv, quantizable, SIXTEEN_BIT: tl.constexpr):
+    """The per-token kernel's codes of a tile: the corrected quotient on 16-bit rows (``up``,
+    ``divisor``, ``inv`` from ``_corrected_row_factors``), the division on fp32 ones."""
+    if SIXTEEN_BIT:
+        codes = _quantize_rows_16bit(xf, up, divisor, inv, quantizable)
+    else:
+        codes = _quantize_rows(xf, safe_scale, quantizable)
+    return codes
+
+
 # --- kernels -----------------------------------------------------------------------------------
 
 
@@ -216,23 +227,16 @@ def _quantize_per_token_kernel(
     scale, safe_scale, quantizable = _row_scales(amax, bad)
     tl.store(scale_ptr + rows, scale, mask=row_in)
     SIXTEEN_BIT: tl.constexpr = x_ptr.dtype.element_ty != tl.float32
-    if SIXTEEN_BIT:
-        up, divisor, inv = _corrected_row_factors(safe_scale)
+    up, divisor, inv = _corrected_row_factors(safe_scale)  # per row; unused (dropped) on fp32 rows
 
     if SINGLE_PASS:
-        if SIXTEEN_BIT:
-            codes = _quantize_rows_16bit(xf, up, divisor, inv, quantizable)
-        else:
-            codes = _quantize_rows(xf, safe_scale, quantizable)
+        codes = _per_token_codes(xf, safe_scale, up, divisor, inv, quantizable, SIXTEEN_BIT)
         tl.store(q_rows + cols, codes, mask=mask)
     else:
         for k0 in range(0, K, BLOCK_K):
             mask = row_in[:, None] & (cols + k0 < K)
             xf = tl.load(x_rows + k0 + cols, mask=mask, other=0.0).to(tl.float32)
-            if SIXTEEN_BIT:
-                codes = _quantize_rows_16bit(xf, up, divisor, inv, quantizable)
-            else:
-                codes = _quantize_rows(xf, safe_scale, quantizable)
+            codes = _per_token_codes(xf, safe_scale, up, divisor, inv, quantizable, SIXTEEN_BIT)
             tl.store(q_rows + k0 + cols, codes, mask=mask)
 
 
