@@ -329,3 +329,40 @@ def hf_cache_layout(folder, cache, repo="org--model", revision="0123456789abcdef
             os.makedirs(link_dir, exist_ok=True)
             os.symlink(os.path.relpath(blob, link_dir), os.path.join(link_dir, name))
     return snapshot
+
+
+# Every 16-bit value under a row max, for each significand of the type as that max, at these
+# exponents: the quantizers' 16-bit arithmetic is the same at every exponent while the scale
+# stays >= 2^-100 (csrc/quantize/quantize_per_token.cuh, kMinCorrectedDivisor); bf16 maxima past
+# that edge (127 * 2^-100 ~ 2^-93) divide (CUDA) or are scaled by 2^64 (Triton), and below
+# 2^-119 the scale is an fp32 subnormal. fp16 scales never reach the edge.
+EVERY_VALUE_EXPONENTS = {torch.bfloat16: (-133, -126, -100, -94, -93, -92, -60, -1, 0, 1, 60, 127),
+                         torch.float16: (-20, -14, 0, 15)}
+SIGNIFICAND_BITS = {torch.bfloat16: 7, torch.float16: 10}  # stored, past the leading one
+
+
+def every_16bit_value(dtype) -> torch.Tensor:
+    """The finite values of a 16-bit float type, ascending, as float32."""
+    values = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype).float()
+    return values[values.isfinite()].unique()
+
+
+def every_value_rows(dtype, exponents) -> torch.Tensor:
+    """One row per (significand, exponent) max: the max, then every value of the type of no
+    larger magnitude down to max / 512 (smaller ones have quotients under 0.25: code 0 by any
+    arithmetic), then the max repeated to the common length. (numpy: a few thousand slices of
+    one sorted array, where torch's small ops would each go through its thread pool.)"""
+    import numpy as np
+
+    magnitudes = every_16bit_value(dtype).numpy()
+    magnitudes = magnitudes[magnitudes > 0]
+    bits = SIGNIFICAND_BITS[dtype]
+    maxima = torch.tensor([2.0**e * (1 + s / (1 << bits)) for e in exponents for s in range(1 << bits)])
+    maxima = np.unique(maxima.to(dtype).float().numpy())  # a subnormal max rounds onto its neighbour
+    maxima = maxima[(maxima > 0) & np.isfinite(maxima)]
+    rows = []
+    for amax in maxima:
+        kept = magnitudes[np.searchsorted(magnitudes, amax / 512):np.searchsorted(magnitudes, amax, side="right")]
+        rows.append(np.concatenate([[amax], kept, -kept]))
+    k = -(-max(r.size for r in rows) // 8) * 8
+    return torch.from_numpy(np.stack([np.pad(r, (0, k - r.size), constant_values=r[0]) for r in rows])).to(dtype)

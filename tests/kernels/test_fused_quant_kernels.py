@@ -123,13 +123,13 @@ if TRITON:
         x = tl.load(x_ptr + i, mask=i < N, other=0.0)[:, None]
         s = tl.load(s_ptr + i, mask=i < N, other=1.0)
         recip = tl.math.div_rn(tl.full([BLOCK], 1.0, tl.float32), s)
-        tl.store(fast_ptr + i[:, None], silu_quant._codes(x, -s, recip), mask=(i < N)[:, None])
+        tl.store(fast_ptr + i[:, None], silu_quant._codes(x, -s, recip, tl.float32), mask=(i < N)[:, None])
         tl.store(slow_ptr + i[:, None], _quantize_rows(x, s, s > 0), mask=(i < N)[:, None])
 
 
 @pytest.mark.skipif(not TRITON, reason="Triton is not available here")
 def test_reciprocal_codes_equal_the_divisions():
-    """``_codes`` (x * div_rn(1, scale) and two FMA corrections) against rint(div_rn(x, scale)):
+    """``_codes`` on fp32 x (x * div_rn(1, scale) and two FMA corrections) against rint(div_rn(x, scale)):
     scales RN(amax / 127) over 180 binades down to the path's 2**-60, x within +-amax: random,
     RN(scale (k + 1/2)) (quotients at and beside ties) and 1..3 ulp from them, +-amax itself."""
     device = "cuda" if CUDA else "cpu"

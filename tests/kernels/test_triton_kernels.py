@@ -426,8 +426,9 @@ def test_sm90_quantize_ptx_is_ieee(sm90_ptx_facts):
 
 
 def test_sm90_fused_quant_ptx(sm90_ptx_facts):
-    """On the GPU, the fused kernels (w8a8/triton/norm_quant.py, silu_quant.py): IEEE divisions,
-    the norm's sqrt correctly rounded (no rsqrt), the quantizer's rint addition; the only flush-to-zero
+    """On the GPU, the fused kernels (w8a8/triton/norm_quant.py, silu_quant.py): IEEE divisions
+    (the norm's codes: per code on fp32 rows only), the norm's sqrt correctly rounded (no rsqrt),
+    the quantizer's rint addition; the only flush-to-zero
     is SiLU's ex2.approx.ftz on [-1/2, 1/2], whose inputs and results are never subnormal,
     and the norm has no ex2 at all."""
     fused_facts = [f for name, f in sm90_ptx_facts.items() if name.startswith("fused")]
@@ -437,6 +438,8 @@ def test_sm90_fused_quant_ptx(sm90_ptx_facts):
         assert f["ftz"] == f["ex2_ftz"], f
         if "/rms_norm/" in f["name"]:
             assert f["sqrt_rn"] > 0 and f["sqrt_inexact"] == 0 and f["ex2"] == 0, f
+            # The codes of 16-bit rows: the corrected quotient, divisions per row only.
+            assert (f["div_rn"] < f["rint_add"]) == ("/fp32/" not in f["name"]), f
         else:
             assert f["ex2"] > 0 and f["sqrt_rn"] == 0, f
 

@@ -25,8 +25,9 @@ import torch.nn.functional as F
 
 import w8a8
 from w8a8 import dispatch, reference
-from helpers import CUDA, FLOAT_DTYPES, assert_exact, assert_same_codes, kernel_params, plant_special_rows
-from fused_helpers import EPS, TRITON, gate_up, norm_weight, rows, run_norm, run_silu
+from helpers import (CUDA, EVERY_VALUE_EXPONENTS, FLOAT_DTYPES, assert_exact, assert_same_codes, every_value_rows,
+                     kernel_params, plant_special_rows)
+from fused_helpers import EPS, TRITON, gate_up, norm_weight, rows, run_norm, run_silu, silu_product
 
 if TRITON:
     from w8a8.triton import norm_quant, silu_quant
@@ -182,6 +183,49 @@ def test_special_rows(device, backend, dtype, k):
     gate = gate.clone()
     gate[0, :4] = torch.tensor([-200.0, -90.0, 60.0, -60.0])  # exp's extremes (silu -> -0 / the identity)
     run_silu(backend, gate, up)
+
+
+# Every 16-bit value under each significand as the row max: on the GPU at every exponent of
+# test_quantize's every-value test, in the interpreter (slow, and it mishandles subnormal bf16
+# rows) 8 maxima of exponent 0.
+def every_value_targets(device, dtype) -> torch.Tensor:
+    if device == "cuda":
+        return every_value_rows(dtype, EVERY_VALUE_EXPONENTS[dtype])
+    targets = every_value_rows(dtype, (0,))
+    return targets[::targets.shape[0] // 8]
+
+
+@pytest.mark.parametrize("device,backend", [p for p in NORM if p.values[1] != "reference"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_norm_codes_of_every_16bit_value_under_every_row_max(device, backend, dtype):
+    """normed = weight exactly (x all ones, eps = 0: 1 / rms = 1), so a weight per call puts
+    every_value_targets through the norm kernel's quantizer (bf16: rows held in registers; fp16:
+    rows of over 16384 values, streamed), codes and scales against quantize_per_token of normed."""
+    targets = every_value_targets(device, dtype).to(device)
+    ones = torch.ones(1, targets.shape[1], dtype=dtype, device=device)
+    out = [dispatch.kernel("rms_norm_quant", backend)(ones, weight, 0.0) for weight in targets]
+    q, s, normed = (torch.cat([o[i] for o in out]) for i in range(3))
+    assert_exact(normed, targets)
+    assert_same_codes((q, s), reference.quantize_per_token(targets.cpu()))
+
+
+@pytest.mark.parametrize("device,backend", [p for p in SILU if p.values[1] != "reference"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_silu_codes_of_every_16bit_value_under_every_row_max(device, backend, dtype):
+    """gate = 32 (silu(32) = 32 in fp32) and up = targets / 32: the product is every_value_targets
+    wherever targets / 32 is a value of the type (at least every row whose max is 2^-100 or more in
+    bf16, 1 or more in fp16: no value of theirs reaches the subnormals), through the SiLU kernel's
+    quantizer (bf16: rows held in registers; fp16: rows of over 16384 values, streamed); codes and
+    scales against quantize_per_token of the kernel's own product."""
+    targets = every_value_targets(device, dtype)
+    up = (targets.float() / 32).to(dtype)
+    exact = (up.float() * 32 == targets.float()).all(-1)
+    assert bool(exact[targets.float().amax(-1) >= (1.0 if dtype == torch.float16 else 2.0**-100)].all())
+    gate, up = torch.full_like(up, 32.0).to(device), up.to(device)
+    q, s = dispatch.kernel("silu_mul_quant", backend)(gate, up)
+    product = silu_product(backend, gate, up).cpu()
+    assert_exact(product[exact], targets[exact])
+    assert_same_codes((q, s), reference.quantize_per_token(product))
 
 
 @pytest.mark.parametrize("device,backend", NORM)

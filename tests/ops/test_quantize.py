@@ -9,8 +9,9 @@ import torch
 
 import w8a8
 from w8a8 import dispatch, reference
-from helpers import (FLOAT_DTYPES, CUDA, assert_same_codes, capture_graph, kernel_params, plant_special_rows,
-                     poison_allocator, rows_with_spread)
+from helpers import (EVERY_VALUE_EXPONENTS, FLOAT_DTYPES, CUDA, SIGNIFICAND_BITS, assert_same_codes, capture_graph,
+                     every_16bit_value, every_value_rows, kernel_params, plant_special_rows, poison_allocator,
+                     rows_with_spread)
 
 PER_TOKEN = kernel_params("quantize_per_token")
 STATIC = kernel_params("quantize_static")
@@ -107,43 +108,6 @@ def test_per_token_near_ties(device, backend, m, k):
     quotient = x.double() / scale.double()
     assert int((quotient - quotient.floor() == 0.5).sum()) > m * k // 20, "exact ties are there"
     per_token(backend, x.to(device))
-
-
-# Every 16-bit value under a row max, for each significand of the type as that max, at these
-# exponents: the quantizers' 16-bit arithmetic is the same at every exponent while the scale
-# stays >= 2^-100 (csrc/quantize/quantize_per_token.cuh, kMinCorrectedDivisor); bf16 maxima past
-# that edge (127 * 2^-100 ~ 2^-93) divide (CUDA) or are scaled by 2^64 (Triton), and below
-# 2^-119 the scale is an fp32 subnormal. fp16 scales never reach the edge.
-EVERY_VALUE_EXPONENTS = {torch.bfloat16: (-133, -126, -100, -94, -93, -92, -60, -1, 0, 1, 60, 127),
-                         torch.float16: (-20, -14, 0, 15)}
-SIGNIFICAND_BITS = {torch.bfloat16: 7, torch.float16: 10}  # stored, past the leading one
-
-
-def every_16bit_value(dtype) -> torch.Tensor:
-    """The finite values of a 16-bit float type, ascending, as float32."""
-    values = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype).float()
-    return values[values.isfinite()].unique()
-
-
-def every_value_rows(dtype, exponents) -> torch.Tensor:
-    """One row per (significand, exponent) max: the max, then every value of the type of no
-    larger magnitude down to max / 512 (smaller ones have quotients under 0.25: code 0 by any
-    arithmetic), then the max repeated to the common length. (numpy: a few thousand slices of
-    one sorted array, where torch's small ops would each go through its thread pool.)"""
-    import numpy as np
-
-    magnitudes = every_16bit_value(dtype).numpy()
-    magnitudes = magnitudes[magnitudes > 0]
-    bits = SIGNIFICAND_BITS[dtype]
-    maxima = torch.tensor([2.0**e * (1 + s / (1 << bits)) for e in exponents for s in range(1 << bits)])
-    maxima = np.unique(maxima.to(dtype).float().numpy())  # a subnormal max rounds onto its neighbour
-    maxima = maxima[(maxima > 0) & np.isfinite(maxima)]
-    rows = []
-    for amax in maxima:
-        kept = magnitudes[np.searchsorted(magnitudes, amax / 512):np.searchsorted(magnitudes, amax, side="right")]
-        rows.append(np.concatenate([[amax], kept, -kept]))
-    k = -(-max(r.size for r in rows) // 8) * 8
-    return torch.from_numpy(np.stack([np.pad(r, (0, k - r.size), constant_values=r[0]) for r in rows])).to(dtype)
 
 
 def corrected_codes(v, d):

@@ -29,7 +29,8 @@ import triton.language as tl
 
 from w8a8.triton._launch import cdiv, launch_for_op
 from w8a8.triton.fused_common import _outputs, _round_to, _stored
-from w8a8.triton.quant import _accumulate_stats, _as_rows, _quantize_rows, _row_scales, _row_stats
+from w8a8.triton.quant import (_accumulate_stats, _as_rows, _corrected_row_factors, _per_token_codes, _row_scales,
+                               _row_stats)
 from w8a8.triton.quant_configs import fused_config
 
 # --- device helpers --------------------------------------------------------------------------
@@ -115,14 +116,21 @@ def _rms_norm_quant_kernel(
 
     scale, safe_scale, quantizable = _row_scales(amax, bad)
     tl.store(scale_ptr + rows, scale, mask=row_in)
+    # normed holds DT values: on 16-bit rows the per-token kernel's corrected quotient applies.
+    SIXTEEN_BIT: tl.constexpr = DT != tl.float32
+    up, divisor, inv = _corrected_row_factors(safe_scale)  # per row; unused (dropped) on fp32 rows
     if SINGLE_PASS:
-        tl.store(q_ptr + out + cols, _quantize_rows(normed, safe_scale, quantizable), mask=mask)
+        codes = _per_token_codes(normed, safe_scale, up, divisor, inv, quantizable, SIXTEEN_BIT)
+        tl.store(q_ptr + out + cols, codes, mask=mask)
     else:
         for k0 in range(0, K, BLOCK_K):
             mask = row_in[:, None] & (cols + k0 < K)
             s = _load_s(x_rows + k0, r_rows + k0, sum_ptr + out + k0, cols, mask, HAS_RESIDUAL, False, DT)
+            # The same values as the pass that took the row max (the same expression): the
+            # corrected quotient's codes need |normed| <= amax, having no clamp.
             normed = _normed(s, rstd, w_ptr + k0, cols, mask, DT)
-            tl.store(q_ptr + out + k0 + cols, _quantize_rows(normed, safe_scale, quantizable), mask=mask)
+            codes = _per_token_codes(normed, safe_scale, up, divisor, inv, quantizable, SIXTEEN_BIT)
+            tl.store(q_ptr + out + k0 + cols, codes, mask=mask)
 
 
 # --- host wrapper ------------------------------------------------------------------------------

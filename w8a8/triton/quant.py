@@ -20,8 +20,9 @@ Exactness notes, shared by both kernels:
   element), which equals RN(x / d) for every 16-bit x under every 16-bit row max; rows whose
   d is under 2^-100 are scaled by 2^64 first (exact), where that holds too
   (``_quantize_rows_16bit``; the same arithmetic as the CUDA kernel; tests/ops/test_quantize.py
-  checks every pair). fp32 rows and the fused producers (whose normed or gated values are fp32)
-  divide per element. [evidence quant.corrected-quotient]
+  checks every pair). The fused producers' 16-bit rows (normed and gated values are rounded to
+  the model dtype) use the same arithmetic; fp32 rows divide per element (``silu_quant.py``: two
+  corrections instead). [evidence quant.corrected-quotient]
 * ``rint`` is the classic magic-number rounding ``(y + 1.5 * 2**23) - 1.5 * 2**23``:
   for |y| <= 2**22 the sum lands in [2**23, 2**24), where the fp32 spacing is 1, so
   the IEEE addition itself rounds y half to even and the subtraction is exact.

@@ -8,13 +8,15 @@ held in registers as chunks of a power of two (F = 14336: 7 x 2048, no masked co
 as DT (bf16 / fp16: two values an int32) between its stats and its codes: SiLU is computed
 once per element at every M. Longer rows stream twice (stats, then codes, recomputing p). Per
 element: exp's 2**n is an exponent-field add (no F2I, no two multiplications), the stats are
-an integer max of |x|'s bits, the codes come from the row's reciprocal and two FMA corrections
-instead of an IEEE division, roundings to DT are cvt.rn on the GPU, no second pass.
+an integer max of |x|'s bits, the codes come from the row's reciprocal and FMA corrections (one
+on 16-bit rows, two on fp32 ones) instead of an IEEE division, roundings to DT are cvt.rn on
+the GPU, no second pass.
 
 Exactness (beyond ``fused_common.py``'s):
 
-* codes are ``_codes``, which is rint(div_rn(p, scale)) by Markstein's theorem (rows whose
-  scale is below 2**-60, zero rows and rows holding Inf/NaN take the IEEE division), and
+* codes are ``_codes``, which is rint(div_rn(p, scale)): the per-token kernel's corrected
+  quotient on 16-bit rows, Markstein's theorem on fp32 ones (rows whose scale is below 2**-60,
+  zero rows and rows holding Inf/NaN take the IEEE division), and
   scales come from the max of |x|'s bits before the rounding to dt
   (``_row_stats_from_bits``: the same amax and flags).
 * p: exp is not correctly rounded anywhere (torch: Sleef on the CPU, expf on CUDA). Here
@@ -118,23 +120,27 @@ def _row_stats_from_bits(m, DT: tl.constexpr):
 
 
 @triton.jit
-def _codes(x, neg_scale, recip):
+def _codes(x, neg_scale, recip, DT: tl.constexpr):
     """int8 codes of a tile of a quantizable row, rint(div_rn(x, scale)) as ``_quantize_rows``
-    gives them, from recip = div_rn(1, scale), neg_scale = -scale and two correction steps
-    instead of a division per element (scale >= 2**-60, so nothing in them under- or
-    overflows where it matters).
+    gives them, from recip = div_rn(1, scale), neg_scale = -scale and FMA corrections instead
+    of a division per element (scale >= 2**-60, so nothing in them under- or overflows where it
+    matters). Every step is an explicit FMA (tl.fma: one rounding on the GPU and in the
+    interpreter).
 
-    q1 = q0 + (x - q0 * scale) * recip corrects q0 = x * recip to within half an ulp and a
-    2**-22 fraction of one of x / scale: faithful. Markstein's theorem (recip within half an
-    ulp of 1 / scale, q1 faithful) makes the next step's residual exact and its result the
-    correctly rounded quotient. Every step is an explicit FMA (tl.fma: one rounding on the GPU
-    and in the interpreter). |x / scale| <= 127 (1 + 2**-23) on such rows, so no clamp: the
-    rint magic leaves the code in the sum's low byte, as in ``_quantize_rows``."""
+    q1 = q0 + (x - q0 * scale) * recip, q0 = x * recip: for x of a 16-bit DT (p is rounded to
+    DT) q1 is the correctly rounded quotient, the per-token kernel's corrected quotient
+    (``quant._quantize_rows_16bit``, exact for every 16-bit value under every row max while the
+    scale is at least 2**-100). For fp32 x, q1 is within half an ulp and a 2**-22 fraction of one
+    of x / scale: faithful, and Markstein's theorem (recip within half an ulp of 1 / scale, q1
+    faithful) makes a second step's residual exact and its result the correctly rounded
+    quotient. |x / scale| <= 127 (1 + 2**-23) on such rows, so no clamp: the rint magic leaves
+    the code in the sum's low byte, as in ``_quantize_rows``."""
     s = neg_scale[:, None]  # (negated once a row: no negation per element)
     y = recip[:, None]
     q = x * y
     q = tl.fma(tl.fma(q, s, x), y, q)
-    q = tl.fma(tl.fma(q, s, x), y, q)
+    if DT == tl.float32:
+        q = tl.fma(tl.fma(q, s, x), y, q)
     return (q + _RINT_MAGIC).to(tl.int32, bitcast=True).to(tl.int8)
 
 
@@ -184,11 +190,11 @@ def _kept(tile, c: tl.constexpr, N_CHUNKS: tl.constexpr, DT: tl.constexpr):
 
 
 @triton.jit
-def _silu_quantize_tile(q_ptr, p, cols, mask, safe_scale, quantizable, recip, FAST: tl.constexpr):
-    """Store the codes of one chunk of p (fp32): ``_codes`` where every row of the program
-    allows it (FAST), else the IEEE division per element."""
+def _silu_quantize_tile(q_ptr, p, cols, mask, safe_scale, quantizable, recip, FAST: tl.constexpr, DT: tl.constexpr):
+    """Store the codes of one chunk of p (fp32 holding DT values): ``_codes`` where every row
+    of the program allows it (FAST), else the IEEE division per element."""
     if FAST:
-        tl.store(q_ptr + cols, _codes(p, -safe_scale, recip), mask=mask)
+        tl.store(q_ptr + cols, _codes(p, -safe_scale, recip, DT), mask=mask)
     else:
         tl.store(q_ptr + cols, _quantize_rows(p, safe_scale, quantizable), mask=mask)
 
@@ -217,14 +223,14 @@ def _silu_store_codes(q_rows, tile, g_rows, u_rows, cols, row_in, F, safe_scale,
         for c in tl.static_range(N_CHUNKS):
             mask = row_in[:, None] & (cols + c * CHUNK < F)
             _silu_quantize_tile(q_rows + c * CHUNK, _kept(tile, c, N_CHUNKS, DT), cols, mask, safe_scale, quantizable,
-                                recip, FAST)
+                                recip, FAST, DT)
     else:
         for k0 in range(0, F, BLOCK_K):
             for c in tl.static_range(N_CHUNKS):
                 mask = row_in[:, None] & (cols + (k0 + c * CHUNK) < F)
                 x = _product(g_rows + (k0 + c * CHUNK), u_rows + (k0 + c * CHUNK), cols, mask, DT)
                 _silu_quantize_tile(q_rows + (k0 + c * CHUNK), _to_dt(x, DT).to(tl.float32), cols, mask, safe_scale,
-                                    quantizable, recip, FAST)
+                                    quantizable, recip, FAST, DT)
 
 
 @triton.jit
