@@ -33,7 +33,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAMESPACE = "w8a8_qsweep"
-SOURCES = ("quant_shapes_plain.cu", "quant_shapes_full.cu", "quant_bounds.cu", "quant_shapes_ops.cpp")
+SOURCES = ("quant_shapes_plain.cu", "quant_shapes_full.cu", "quant_bounds.cu", "quant_pipelined.cu",
+           "quant_shapes_ops.cpp")
 COPY_VECS = (1, 2, 4, 8)  # the copy bound's vectors per thread
 M_VALUES = (256, 512, 1024, 2048, 4096, 8192)
 VEC = 8  # bf16 values in a 16-byte vector
@@ -127,6 +128,68 @@ def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
     return rows
 
 
+PIPELINED_BLOCKS_PER_SM = (1, 2, 3, 4)
+
+
+def pipelined_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
+    """``--pipelined``: the ring kernel (quant_pipelined.cu) at each of its shapes that holds a row
+    with the fewest vectors for its thread count, every ring depth, 1..4 blocks per SM, beside the
+    product and the copy bounds, every x read from HBM (calls rotating over copies of x), replays
+    interleaved; then the product and the three fastest of them before the GEMM, as sweep_point."""
+    import torch
+
+    from benchmarks import harness, quant
+
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    want_q, want_s = torch.ops.w8a8.quantize_per_token_sm90(x)
+    xs = [x] + [x.clone() for _ in range(harness.rotation_count(2 * m * k) - 1)]
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    moved = harness.quantizer_bytes(m, k)
+    table = list(zip(*[iter(lib.pipelined_shapes())] * 3))
+    held = {}
+    for threads, vecs, _ in table:  # (slots for at most twice the row)
+        if 2 * k > threads * vecs * VEC >= k and vecs < held.get(threads, 1 << 30):
+            held[threads] = vecs
+    cases = {"product": [lambda xi=xi: torch.ops.w8a8.quantize_per_token_sm90(xi) for xi in xs]}
+    cases.update({f"copy 256 x {v}": [lambda xi=xi, v=v: lib.copy(xi, v) for xi in xs] for v in COPY_VECS})
+    differ, ring = [], {}
+    for threads, vecs, stages in table:
+        if held.get(threads) != vecs:
+            continue
+        for per_sm in PIPELINED_BLOCKS_PER_SM:
+            name = f"ring {threads} x {vecs} x {stages}, {per_sm}/SM"
+            args = (threads, vecs, stages, per_sm * sms)
+            q, sc = lib.pipelined(x, *args, False)
+            if not (torch.equal(q, want_q) and torch.equal(sc, want_s)):
+                differ.append(name)
+                continue
+            ring[name] = args
+            cases[name] = [lambda xi=xi, a=args: lib.pipelined(xi, *a, False) for xi in xs]
+    t = harness.time_interleaved(cases, "cuda")
+    rows = [{**quant.row("quantize_per_token sm90" if name == "product" else
+                         "quantize_per_token bound" if name.startswith("copy") else "quantize_per_token ring",
+                         m, k, name, name == "product", tm.us, 3 * m * k if name.startswith("copy") else moved,
+                         ceilings), "N": n, "bound": name.startswith("copy"), "from_hbm": True}
+            for name, tm in t.items()]
+    best = sorted(ring, key=lambda nm: t[nm].us)[:3]
+    n_sets = harness.rotation_count(n * k)
+    weights = [torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda") for _ in range(n_sets)]
+    w_scales = [torch.rand(n, device="cuda") * 1e-3 + 1e-4 for _ in range(n_sets)]
+
+    def gemm(q, sc, i):
+        return torch.ops.w8a8.scaled_mm_sm90(q, weights[i], sc, w_scales[i], None, torch.bfloat16, "", None, "auto")
+
+    layer = {"product": [lambda i=i: gemm(*torch.ops.w8a8.quantize_per_token_sm90(x), i) for i in range(n_sets)]}
+    layer.update({nm: [lambda i=i, a=ring[nm]: gemm(*lib.pipelined(x, *a, True), i) for i in range(n_sets)]
+                  for nm in best})
+    t_layer = harness.time_interleaved(layer, "cuda")
+    for r in rows:
+        if r["config"] in t_layer:
+            r["layer_us"] = round(t_layer[r["config"]].us, 3)
+    rows += [{"K": k, "M": m, "N": n, "config": name, "differs": True} for name in differ]
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -137,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--m", type=harness.parse_ints, default=list(M_VALUES))
     p.add_argument("--n", type=int, default=4096, help="the layer's output features (default 4096)")
     p.add_argument("--out", default=None, help="folder for quant_shapes_<tag>.json")
+    p.add_argument("--pipelined", action="store_true",
+                   help="time the ring kernel (pipelined_point) instead of the shape table")
     args = p.parse_args(argv)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         raise SystemExit("benchmarks.sweep.quant: needs an sm_90 GPU")
@@ -147,6 +212,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for k in args.k:
         for m in args.m:
+            if args.pipelined:
+                point = pipelined_point(lib, k, m, args.n, ceilings)
+                rows += point
+                timed = {r["config"]: r for r in point if r.get("us") is not None}
+                product = timed["product"]
+                best = sorted((r for r in point if r.get("op", "").endswith("ring")), key=lambda r: r["us"])
+                best_layer = min((r for r in point if "layer_us" in r and r is not product),
+                                 key=lambda r: r["layer_us"])
+                copy = min((r for r in point if r.get("bound")), key=lambda r: r["us"])
+                print(f"K={k:5d} M={m:5d} (x from HBM): product {product['us']:7.2f} us ({product['pct_hbm']:5.1f}%, "
+                      f"layer {product['layer_us']:8.2f}); best {best[0]['config']} {best[0]['us']:7.2f} "
+                      f"({best[0]['pct_hbm']:5.1f}%); in layer {best_layer['config']} {best_layer['layer_us']:8.2f}; "
+                      f"{copy['config']} {copy['us']:7.2f} ({copy['pct_hbm']:5.1f}%); ideal {product['ideal_us']:6.2f}"
+                      + "".join(f"; {r['config']} DIFFERS" for r in point if r.get("differs")), flush=True)
+                continue
             point = sweep_point(lib, k, m, args.n, ceilings)
             rows += point
             timed = [r for r in point if r.get("us") is not None and not r.get("bound") and not r.get("from_hbm")]

@@ -28,6 +28,21 @@ extern const Shape kPlain[];
 extern const Shape kFullSmem[];
 extern const int kNumShapes;
 
+// The persistent-grid kernel with a shared-memory ring (quant_pipelined.cu): `blocks` blocks (at
+// most the row groups), each looping over its groups of rows with stages - 1 groups in flight.
+using RunPipelined = void (*)(const void* x, int64_t ldx, int8_t* q, float* scale, int64_t rows, int64_t k,
+                              int64_t blocks, cudaStream_t stream);
+
+struct PipelinedShape {
+  int threads;  // per row (blocks of max(256, threads) threads)
+  int vecs;     // per thread and group
+  int stages;   // groups in the ring
+  RunPipelined plain, full_smem;
+};
+
+extern const PipelinedShape kPipelined[];
+extern const int kNumPipelined;
+
 // The bounds (quant_bounds.cu): a grid of `blocks` empty blocks, and the quantizer's bytes moved
 // without its arithmetic (n_vecs 16-byte bf16 vectors in, 8 bytes out each; vecs per thread 1, 2,
 // 4 or 8, else false and nothing launched). Both launched as the product's quantizer.
