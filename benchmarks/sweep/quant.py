@@ -1,6 +1,6 @@
 """The per-token quantizer's launch shapes, alone and before the GEMM (the lab, not the product).
 
-    python -m benchmarks.sweep.quant [--k 4096,8192] [--m 256,1024] [--n 4096] [--out DIR]
+    python -m benchmarks.sweep.quant [--k 4096,8192] [--m 256,1024] [--n 4096] [--out DIR] [--pipelined]
 
 Builds (once; cached in benchmarks/sweep/build_quant) the library ``w8a8_qsweep``: the
 product's per-token kernel (csrc/quantize/quantize_per_token.cuh) at every shape of
@@ -19,6 +19,9 @@ Beside them, timed alone: the bounds of any kernel launched as the product launc
 the arithmetic (bf16 read, one byte per value written, 256 threads x 1..8 vectors). The product
 and those copies are timed again with x read from HBM (rows ``from_hbm``: the calls rotate over
 copies of x, as the quant suite's do), where the copy is the floor of the suite's figure.
+
+``--pipelined`` times instead a persistent-grid variant with a shared-memory ring of row groups
+(``quant_pipelined.cu``, pipelined_point) at each ring depth and blocks per SM.
 
 A shape whose codes or scales differ from the product's in any bit is reported and not timed.
 Needs an sm_90 GPU, nvcc and the package's extension built.
@@ -135,10 +138,12 @@ def pipelined_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
     """``--pipelined``: the ring kernel (quant_pipelined.cu) at each of its shapes that holds a row
     with the fewest vectors for its thread count, every ring depth, 1..4 blocks per SM, beside the
     product and the copy bounds, every x read from HBM (calls rotating over copies of x), replays
-    interleaved; then the product and the three fastest of them before the GEMM, as sweep_point."""
+    interleaved; then the product (composed, and as its single op) and the three fastest of them
+    before the GEMM, as sweep_point."""
     import torch
 
     from benchmarks import harness, quant
+    from w8a8 import padding
 
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     want_q, want_s = torch.ops.w8a8.quantize_per_token_sm90(x)
@@ -179,13 +184,20 @@ def pipelined_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
     def gemm(q, sc, i):
         return torch.ops.w8a8.scaled_mm_sm90(q, weights[i], sc, w_scales[i], None, torch.bfloat16, "", None, "auto")
 
-    layer = {"product": [lambda i=i: gemm(*torch.ops.w8a8.quantize_per_token_sm90(x), i) for i in range(n_sets)]}
+    # The product composed (its quantizer op at the default shared-memory split, then the GEMM op)
+    # and as W8A8Linear runs it (the single op: its quantizer at the largest split).
+    layer = {"product": [lambda i=i: gemm(*torch.ops.w8a8.quantize_per_token_sm90(x), i) for i in range(n_sets)],
+             "product, single op": [lambda i=i: torch.ops.w8a8.linear_sm90(x, weights[i], w_scales[i], None, None, None,
+                                                                           padding.padded_rows(m), "")
+                                    for i in range(n_sets)]}
     layer.update({nm: [lambda i=i, a=ring[nm]: gemm(*lib.pipelined(x, *a, True), i) for i in range(n_sets)]
                   for nm in best})
     t_layer = harness.time_interleaved(layer, "cuda")
     for r in rows:
         if r["config"] in t_layer:
             r["layer_us"] = round(t_layer[r["config"]].us, 3)
+    rows.append({"K": k, "M": m, "N": n, "config": "product, single op", "us": None,
+                 "layer_us": round(t_layer["product, single op"].us, 3)})
     rows += [{"K": k, "M": m, "N": n, "config": name, "differs": True} for name in differ]
     return rows
 
@@ -217,12 +229,13 @@ def main(argv: list[str] | None = None) -> int:
                 rows += point
                 timed = {r["config"]: r for r in point if r.get("us") is not None}
                 product = timed["product"]
+                single = next(r for r in point if r["config"] == "product, single op")
                 best = sorted((r for r in point if r.get("op", "").endswith("ring")), key=lambda r: r["us"])
-                best_layer = min((r for r in point if "layer_us" in r and r is not product),
+                best_layer = min((r for r in point if "layer_us" in r and r is not product and r is not single),
                                  key=lambda r: r["layer_us"])
                 copy = min((r for r in point if r.get("bound")), key=lambda r: r["us"])
                 print(f"K={k:5d} M={m:5d} (x from HBM): product {product['us']:7.2f} us ({product['pct_hbm']:5.1f}%, "
-                      f"layer {product['layer_us']:8.2f}); best {best[0]['config']} {best[0]['us']:7.2f} "
+                      f"layer {product['layer_us']:8.2f}, single op {single['layer_us']:8.2f}); best {best[0]['config']} {best[0]['us']:7.2f} "
                       f"({best[0]['pct_hbm']:5.1f}%); in layer {best_layer['config']} {best_layer['layer_us']:8.2f}; "
                       f"{copy['config']} {copy['us']:7.2f} ({copy['pct_hbm']:5.1f}%); ideal {product['ideal_us']:6.2f}"
                       + "".join(f"; {r['config']} DIFFERS" for r in point if r.get("differs")), flush=True)
