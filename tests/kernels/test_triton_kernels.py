@@ -421,8 +421,9 @@ def test_sm90_quantize_ptx_is_ieee(sm90_ptx_facts):
         # Per token, 16-bit rows: the corrected quotient, two FMAs per code and divisions only
         # per row (on rows of K = 100, packed several to a program, a thread may hold a value of
         # as many rows as it has codes: Triton 3.6 then divides 33 times for 32 codes); fp32 rows
-        # and the static kernel: a division per code. (Triton 3.6 also negates p = x * inv by an
-        # FMA with a zero addend, the same value: not counted.)
+        # and the static kernel: a division per code. (Triton 3.6 negates values by an FMA with a
+        # zero addend, the same value: not counted; the kernel negates the divisor once a row,
+        # where negating p cost 3.6 one such FMA per code.)
         if f["name"].startswith(("per_token/bf16", "per_token/fp16")):
             assert f["fma"] - f["fma_zero"] == 2 * f["rint_add"], f
             assert "/K=100/" in f["name"] or f["div_rn"] < f["rint_add"], f

@@ -140,7 +140,7 @@ def _quantize_rows_16bit(xf, up, divisor, inv, quantizable):
     quotient corrected once (module docstring); no clamp (|Q| < 127.5 rounds into [-127, 127])."""
     x = xf * up[:, None]
     p = x * inv[:, None]
-    y = tl.fma(tl.fma(-p, divisor[:, None], x), inv[:, None], p)
+    y = tl.fma(tl.fma(p, -divisor[:, None], x), inv[:, None], p)  # (-divisor: negated once a row)
     y = tl.where(quantizable[:, None], y, 0.0)  # also drops Inf/NaN
     return (y + _RINT_MAGIC).to(tl.int32, bitcast=True).to(tl.int8)
 
