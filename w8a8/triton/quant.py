@@ -135,12 +135,20 @@ def _corrected_row_factors(safe_scale):
 
 
 @triton.jit
+def _corrected(q, x, neg_divisor, inv):
+    """One correction of q, an approximation of x / d: q + RN(x - q d) inv, each step one FMA
+    (one rounding on the GPU and in the interpreter), with neg_divisor = -d and inv = RN(1 / d)
+    broadcast to x's shape. From q = RN(x inv) it is RN(x / d) for every 16-bit x under every
+    16-bit row max (module docstring); ``silu_quant._codes`` applies it twice to fp32 values."""
+    return tl.fma(tl.fma(q, neg_divisor, x), inv, q)
+
+
+@triton.jit
 def _quantize_rows_16bit(xf, up, divisor, inv, quantizable):
     """``_quantize_rows`` for values of a 16-bit type, without a division per element: the
     quotient corrected once (module docstring); no clamp (|Q| < 127.5 rounds into [-127, 127])."""
     x = xf * up[:, None]
-    p = x * inv[:, None]
-    y = tl.fma(tl.fma(p, -divisor[:, None], x), inv[:, None], p)  # (-divisor: negated once a row)
+    y = _corrected(x * inv[:, None], x, -divisor[:, None], inv[:, None])  # (-divisor: negated once a row)
     y = tl.where(quantizable[:, None], y, 0.0)  # also drops Inf/NaN
     return (y + _RINT_MAGIC).to(tl.int32, bitcast=True).to(tl.int8)
 

@@ -38,7 +38,7 @@ import triton.language as tl
 
 from w8a8.triton._launch import cdiv, launch, launch_for_op
 from w8a8.triton.fused_common import _INTERPRET, _outputs, _round_to, _stored, _to_dt
-from w8a8.triton.quant import _FLT_MAX, _RINT_MAGIC, _as_rows, _quantize_rows, _row_scales
+from w8a8.triton.quant import _FLT_MAX, _RINT_MAGIC, _as_rows, _corrected, _quantize_rows, _row_scales
 from w8a8.triton.quant_configs import FUSED_SILU_PROGRAMS_PER_SM, fused_config
 
 _NEG_LOG2E = tl.constexpr(-1.4426950408889634)
@@ -137,10 +137,9 @@ def _codes(x, neg_scale, recip, DT: tl.constexpr):
     the code in the sum's low byte, as in ``_quantize_rows``."""
     s = neg_scale[:, None]  # (negated once a row: no negation per element)
     y = recip[:, None]
-    q = x * y
-    q = tl.fma(tl.fma(q, s, x), y, q)
+    q = _corrected(x * y, x, s, y)
     if DT == tl.float32:
-        q = tl.fma(tl.fma(q, s, x), y, q)
+        q = _corrected(q, x, s, y)
     return (q + _RINT_MAGIC).to(tl.int32, bitcast=True).to(tl.int8)
 
 
