@@ -70,30 +70,59 @@ def _pairs(flat: list[int]) -> list[tuple[int, int]]:
     return list(zip(flat[0::2], flat[1::2]))
 
 
+def _layer_calls(x, n: int):
+    """The GEMM after a quantizer of x [M, K], on N x K int8 weights rotated past L2: ``gemm(q, s, i)``
+    on weight set i, the set count, and the product's two layer paths as call lists: composed (its
+    quantizer op at the default shared-memory split, then the GEMM op) and its single op
+    (``linear_sm90``: the quantizer at the largest split, as W8A8Linear runs it)."""
+    import torch
+
+    from benchmarks import harness
+    from w8a8 import padding
+
+    m, k = x.shape
+    n_sets = harness.rotation_count(n * k)
+    weights = [torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda") for _ in range(n_sets)]
+    w_scales = [torch.rand(n, device="cuda") * 1e-3 + 1e-4 for _ in range(n_sets)]
+
+    def gemm(q, s, i):
+        return torch.ops.w8a8.scaled_mm_sm90(q, weights[i], s, w_scales[i], None, torch.bfloat16, "", None, "auto")
+
+    composed = [lambda i=i: gemm(*torch.ops.w8a8.quantize_per_token_sm90(x), i) for i in range(n_sets)]
+    single_op = [lambda i=i: torch.ops.w8a8.linear_sm90(x, weights[i], w_scales[i], None, None, None,
+                                                        padding.padded_rows(m), "")
+                 for i in range(n_sets)]
+    return gemm, n_sets, composed, single_op
+
+
+def _from_hbm_calls(lib, x) -> tuple[list, dict]:
+    """x read from HBM, as the quant suite reads it: copies of x to rotate over, and the product's
+    and the copy bounds' call lists on them, by name ("product", "copy 256 x <vectors>")."""
+    import torch
+
+    from benchmarks import harness
+
+    m, k = x.shape
+    xs = [x] + [x.clone() for _ in range(harness.rotation_count(2 * m * k) - 1)]
+    cases = {"product": [lambda xi=xi: torch.ops.w8a8.quantize_per_token_sm90(xi) for xi in xs]}
+    cases.update({f"copy 256 x {v}": [lambda xi=xi, v=v: lib.copy(xi, v) for xi in xs] for v in COPY_VECS})
+    return xs, cases
+
+
 def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
     """The rows of one (K, M): the product first, then each candidate shape (the quant suite's
     rows, with the layer's time beside them), then the product's single op in the layer."""
     import torch
 
     from benchmarks import harness, quant
-    from w8a8 import padding
 
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     want_q, want_s = torch.ops.w8a8.quantize_per_token_sm90(x)
-    n_sets = harness.rotation_count(n * k)
-    weights = [torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda") for _ in range(n_sets)]
-    w_scales = [torch.rand(n, device="cuda") * 1e-3 + 1e-4 for _ in range(n_sets)]
+    gemm, n_sets, composed, single_op = _layer_calls(x, n)
     moved = harness.quantizer_bytes(m, k)
 
-    def gemm(q, s, i):
-        return torch.ops.w8a8.scaled_mm_sm90(q, weights[i], s, w_scales[i], None, torch.bfloat16, "", None, "auto")
-
     alone = {"product": lambda: torch.ops.w8a8.quantize_per_token_sm90(x)}
-    layer = {"product, composed": [lambda i=i: gemm(*torch.ops.w8a8.quantize_per_token_sm90(x), i)
-                                   for i in range(n_sets)],
-             "product, single op": [lambda i=i: torch.ops.w8a8.linear_sm90(x, weights[i], w_scales[i], None, None, None,
-                                                                           padding.padded_rows(m), "")
-                                    for i in range(n_sets)]}
+    layer = {"product, composed": composed, "product, single op": single_op}
     rows, differ = [], []
     for threads, vecs in candidates(k, _pairs(lib.shapes())):
         name = f"{threads} x {vecs}" if vecs else f"{threads} x two-pass"
@@ -106,12 +135,7 @@ def sweep_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
     copies = {f"copy 256 x {v}": lambda v=v: lib.copy(x, v) for v in COPY_VECS}
     t_alone = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in alone.items()}
     t_copies = {name: harness.time_graph([fn] * 8, replays=20) for name, fn in copies.items()}
-    # x read from HBM, as the quant suite reads it (calls rotating over copies of x): the product
-    # and the copy bounds, replays interleaved.
-    xs = [x] + [x.clone() for _ in range(harness.rotation_count(2 * m * k) - 1)]
-    from_hbm = {"product": [lambda xi=xi: torch.ops.w8a8.quantize_per_token_sm90(xi) for xi in xs]}
-    from_hbm.update({f"copy 256 x {v}": [lambda xi=xi, v=v: lib.copy(xi, v) for xi in xs] for v in COPY_VECS})
-    t_hbm = harness.time_interleaved(from_hbm, "cuda")
+    t_hbm = harness.time_interleaved(_from_hbm_calls(lib, x)[1], "cuda")  # replays interleaved
     t_empty = harness.time_graph([lambda: lib.empty(x, m)] * 8, replays=20)
     t_layer = harness.time_interleaved(layer, "cuda")
     for name, t in t_alone.items():
@@ -143,11 +167,10 @@ def pipelined_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
     import torch
 
     from benchmarks import harness, quant
-    from w8a8 import padding
 
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     want_q, want_s = torch.ops.w8a8.quantize_per_token_sm90(x)
-    xs = [x] + [x.clone() for _ in range(harness.rotation_count(2 * m * k) - 1)]
+    xs, cases = _from_hbm_calls(lib, x)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     moved = harness.quantizer_bytes(m, k)
     table = list(zip(*[iter(lib.pipelined_shapes())] * 3))
@@ -155,8 +178,6 @@ def pipelined_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
     for threads, vecs, _ in table:  # (slots for at most twice the row)
         if 2 * k > threads * vecs * VEC >= k and vecs < held.get(threads, 1 << 30):
             held[threads] = vecs
-    cases = {"product": [lambda xi=xi: torch.ops.w8a8.quantize_per_token_sm90(xi) for xi in xs]}
-    cases.update({f"copy 256 x {v}": [lambda xi=xi, v=v: lib.copy(xi, v) for xi in xs] for v in COPY_VECS})
     differ, ring = [], {}
     for threads, vecs, stages in table:
         if held.get(threads) != vecs:
@@ -177,19 +198,8 @@ def pipelined_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
                          ceilings), "N": n, "bound": name.startswith("copy"), "from_hbm": True}
             for name, tm in t.items()]
     best = sorted(ring, key=lambda nm: t[nm].us)[:3]
-    n_sets = harness.rotation_count(n * k)
-    weights = [torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda") for _ in range(n_sets)]
-    w_scales = [torch.rand(n, device="cuda") * 1e-3 + 1e-4 for _ in range(n_sets)]
-
-    def gemm(q, sc, i):
-        return torch.ops.w8a8.scaled_mm_sm90(q, weights[i], sc, w_scales[i], None, torch.bfloat16, "", None, "auto")
-
-    # The product composed (its quantizer op at the default shared-memory split, then the GEMM op)
-    # and as W8A8Linear runs it (the single op: its quantizer at the largest split).
-    layer = {"product": [lambda i=i: gemm(*torch.ops.w8a8.quantize_per_token_sm90(x), i) for i in range(n_sets)],
-             "product, single op": [lambda i=i: torch.ops.w8a8.linear_sm90(x, weights[i], w_scales[i], None, None, None,
-                                                                           padding.padded_rows(m), "")
-                                    for i in range(n_sets)]}
+    gemm, n_sets, composed, single_op = _layer_calls(x, n)
+    layer = {"product": composed, "product, single op": single_op}
     layer.update({nm: [lambda i=i, a=ring[nm]: gemm(*lib.pipelined(x, *a, True), i) for i in range(n_sets)]
                   for nm in best})
     t_layer = harness.time_interleaved(layer, "cuda")
