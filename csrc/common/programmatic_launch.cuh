@@ -78,18 +78,36 @@ auto with_carveout(const char* who) {
   return kKernel;
 }
 
-// kernel<<<grid, block, 0, stream>>>(args...), with programmatic stream serialization; a
-// failed launch throws std::runtime_error naming `who`.
+// kKernel, allowed (once per kernel) the kBytes of dynamic shared memory it launches with where
+// that is over the default 48 KiB; a failed call throws std::runtime_error naming `who`.
+template <auto kKernel, int kBytes>
+auto with_dynamic_smem(const char* who) {
+  if constexpr (kBytes > 48 * 1024) {
+    static const bool set = [who] {
+      const cudaError_t error = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+      if (error != cudaSuccess) {
+        throw std::runtime_error(std::string(who) + ": allowing " + std::to_string(kBytes) +
+                                 " bytes of dynamic shared memory failed: " + cudaGetErrorString(error));
+      }
+      return true;
+    }();
+    (void)set;
+  }
+  return kKernel;
+}
+
+// kernel<<<grid, block, smem_bytes, stream>>>(args...), with programmatic stream serialization;
+// a failed launch throws std::runtime_error naming `who`.
 template <class... Params, class... Args>
-void launch_programmatic(const char* who, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
-                         Args&&... args) {
+void launch_programmatic_smem(const char* who, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                              cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
@@ -97,6 +115,13 @@ void launch_programmatic(const char* who, void (*kernel)(Params...), dim3 grid, 
   if (error != cudaSuccess) {
     throw std::runtime_error(std::string(who) + ": kernel launch failed: " + cudaGetErrorString(error));
   }
+}
+
+// launch_programmatic_smem without dynamic shared memory.
+template <class... Params, class... Args>
+void launch_programmatic(const char* who, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                         Args&&... args) {
+  launch_programmatic_smem(who, kernel, grid, block, 0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace w8a8

@@ -7,6 +7,9 @@
 // takes the reference's special rules, whatever its max.
 //
 // Launch shapes of the per-token kernel (Launch below picks one per call):
+//   * bf16/fp16 rows of 2049..3584 vectors from 256 rows: 512 threads per row, 7 vectors each,
+//     a persistent grid with the next two rows copied into shared memory while one is quantized
+//     (the ring kernel);
 //   * 32..512 threads per row, the row held in registers, 2 to 8 vectors per thread at
 //     most (bf16/fp16: K <= 32768): x is read from HBM once; up to 384 or 2048 rows
 //     (Launch::serving_rows) one row per block with more threads (latency), above that the
@@ -138,9 +141,31 @@ struct Launch {
     else launch_two_pass<kVec>(p, scale, stream);
   }
 
+  // 16-bit rows of 2049..3584 vectors (bf16: K = 16392..28672, where the shapes below hold a row
+  // as 512 x 7) from 256 rows: the ring kernel, 512 x 7 with three groups (rows) in the ring, one
+  // block per SM looping over the rows. [evidence quant.cuda-ring]
+  template <int kVec>
+  static bool per_token_ring(const QuantizeParams& p, float* scale, cudaStream_t stream) {
+    if constexpr (sizeof(T) == 2 && kVec * sizeof(T) == 16) {
+      constexpr int64_t kRingMinRows = 256;
+      const int64_t vecs = p.k / kVec;
+      if (p.rows < kRingMinRows || vecs <= 256 * 8 || vecs > 512 * 7) return false;
+      constexpr int kBytes = ring_bytes<512, 7, 3>();
+      constexpr auto kKernel = quantize_per_token_ring_kernel<T, kVec, 512, 7, 3, kFullSmem>;
+      with_carveout<kFullSmem, kKernel>(kPerTokenOp);
+      const int64_t blocks = p.rows < p.sm_count ? p.rows : p.sm_count;
+      launch_programmatic_smem(kPerTokenOp, with_dynamic_smem<kKernel, kBytes>(kPerTokenOp),
+                               dim3(static_cast<unsigned>(blocks)), dim3(512), kBytes, stream,
+                               static_cast<const T*>(p.x), p.ldx, p.q, scale, p.rows, p.k);
+      return true;
+    }
+    return false;
+  }
+
   template <int kVec>
   static void per_token(const QuantizeParams& p, float* scale, cudaStream_t stream) {
     const int64_t vecs = p.k / kVec;
+    if (per_token_ring<kVec>(p, scale, stream)) return;
     // Rows of up to 256 vectors (bf16: K <= 2048) keep the shapes below (not measured).
     if (p.rows <= serving_rows(vecs) && vecs > 64 * 4) return per_token_serving<kVec>(p, scale, stream);
     if (vecs <= 32 * 4) launch_per_token<kVec, 32, 4>(p, scale, stream);
@@ -219,9 +244,10 @@ struct Static {
 
 void check_params(const QuantizeParams& p, const char* op) {
   if (p.rows < 0 || p.k < 1 || p.ldx < (p.rows > 1 ? p.k : 0) || p.x == nullptr || p.q == nullptr ||
-      p.rows > 2147483647) {
-    throw std::runtime_error(std::string(op) + ": expected rows in [0, 2^31), k >= 1, ldx >= k, non-null x and q; got rows=" +
-                             std::to_string(p.rows) + " k=" + std::to_string(p.k) + " ldx=" + std::to_string(p.ldx));
+      p.rows > 2147483647 || p.sm_count < 1) {
+    throw std::runtime_error(std::string(op) + ": expected rows in [0, 2^31), k >= 1, ldx >= k, non-null x and q, "
+                             "sm_count >= 1; got rows=" + std::to_string(p.rows) + " k=" + std::to_string(p.k) +
+                             " ldx=" + std::to_string(p.ldx) + " sm_count=" + std::to_string(p.sm_count));
   }
 }
 

@@ -31,6 +31,7 @@ struct QuantizeParams {
   // its blocks (common/programmatic_launch.cuh). Not before the decode kernels, which run
   // slower after it. [evidence quant.full-smem-split]
   bool next_kernel_full_smem = false;
+  int sm_count = 0;  // the device's SMs (the ring kernel's grid); >= 1
 };
 
 // Enqueues per-token quantization on `stream`; scale is [rows] fp32. rows >= 0, k >= 1.

@@ -1,7 +1,9 @@
-// The per-token kernel of the CUDA activation quantizers (launched by Launch, quantize.cu): a
+// The per-token kernels of the CUDA activation quantizers (launched by Launch, quantize.cu): a
 // row's largest |x| (RowMax, reduce_row), its scale (RowScale) and its codes without a division
-// per value (quantize_per_token_codes), the row held in registers or read twice. Included by
-// quantize.cu only (the anonymous namespace: internal to that translation unit).
+// per value (quantize_per_token_codes), the row held in registers or read twice
+// (quantize_per_token_kernel), or held in registers on a persistent grid that copies the next
+// rows into shared memory meanwhile (quantize_per_token_ring_kernel). Included by quantize.cu only
+// (the anonymous namespace: internal to that translation unit).
 #pragma once
 
 #include <cfloat>
@@ -197,6 +199,33 @@ __device__ __forceinline__ PackedCodes<kVec> quantize_per_token_codes(const floa
   return codes;
 }
 
+// A row held in registers (raw: this thread's kMaxVecs vectors of it; slots past the row's end
+// hold any of its values): its max, reduced over the kThreadsPerRow threads of the row (every thread
+// of the block must call this), its scale, then its codes. Nothing is stored for a row past the end.
+template <class T, int kVec, int kThreadsPerRow, int kMaxVecs>
+__device__ __forceinline__ void quantize_held_row(const Raw<T, kVec> (&raw)[kMaxVecs], int64_t row, bool row_ok,
+                                                  int lane, int64_t vecs, int8_t* __restrict__ qr,
+                                                  float* __restrict__ scale_out) {
+  RowMax<T> row_max;
+#pragma unroll
+  for (int j = 0; j < kMaxVecs; ++j) row_max.template add<kVec>(raw[j]);
+  float amax;
+  bool bad;
+  row_max.finish(amax, bad);
+  reduce_row<kThreadsPerRow>(amax, bad);
+  const RowScale rs(amax, bad);
+  if (row_ok && lane == 0) scale_out[row] = rs.stored;
+#pragma unroll
+  for (int j = 0; j < kMaxVecs; ++j) {
+    const int64_t idx = lane + int64_t(j) * kThreadsPerRow;
+    if (row_ok && idx < vecs) {
+      float v[kVec];
+      widen<T, kVec>(raw[j], v);
+      store(qr + idx * kVec, quantize_per_token_codes<T, kVec>(v, rs));
+    }
+  }
+}
+
 // kMaxVecs > 0: each thread keeps up to kMaxVecs vectors of its row in registers.
 // kMaxVecs == 0: two passes over the row.
 // kFullSmem (both kernels): the same code as a kernel of its own, which runs at the largest
@@ -218,9 +247,6 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
   int8_t* qr = q + row * k;
   const int64_t vecs = k / kVec;
 
-  float amax;
-  bool bad;
-  RowMax<T> row_max;
   if constexpr (kMaxVecs > 0) {
     // All loads first, unconditionally (past-the-end slots re-read the row's last vector,
     // which cannot change the max, and store nothing): with a bound check around each load
@@ -232,22 +258,11 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
       const int64_t idx = lane + int64_t(j) * kThreadsPerRow;
       raw[j] = load_raw<T, kVec>(xr + (idx < vecs ? idx : vecs - 1) * kVec);
     }
-#pragma unroll
-    for (int j = 0; j < kMaxVecs; ++j) row_max.template add<kVec>(raw[j]);
-    row_max.finish(amax, bad);
-    reduce_row<kThreadsPerRow>(amax, bad);
-    const RowScale rs(amax, bad);
-    if (row_ok && lane == 0) scale_out[row] = rs.stored;
-#pragma unroll
-    for (int j = 0; j < kMaxVecs; ++j) {
-      const int64_t idx = lane + int64_t(j) * kThreadsPerRow;
-      if (row_ok && idx < vecs) {
-        float v[kVec];
-        widen<T, kVec>(raw[j], v);
-        store(qr + idx * kVec, quantize_per_token_codes<T, kVec>(v, rs));
-      }
-    }
+    quantize_held_row<T, kVec, kThreadsPerRow, kMaxVecs>(raw, row, row_ok, lane, vecs, qr, scale_out);
   } else {
+    float amax;
+    bool bad;
+    RowMax<T> row_max;
     for (int64_t idx = lane; idx < vecs; idx += kThreadsPerRow) {
       row_max.template add<kVec>(load_raw<T, kVec>(xr + idx * kVec));
     }
@@ -262,6 +277,80 @@ __global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
       store(qr + idx * kVec, quantize_per_token_codes<T, kVec>(v, rs));
     }
   }
+}
+
+// 16 bytes copied global -> shared without passing through registers (cp.async, cached in L2
+// only), committed in groups and waited for by the count of groups still pending.
+__device__ __forceinline__ void copy_async_16(void* smem, const void* global) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global) : "memory");
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Dynamic shared memory of the ring kernel: kStages groups of the block's rows.
+template <int kThreadsPerRow, int kMaxVecs, int kStages>
+constexpr int ring_bytes() {
+  return kStages * kMaxVecs * block_threads<kThreadsPerRow>() * 16;
+}
+
+// The ring kernel: rows held as in quantize_per_token_kernel, but a persistent grid (at most one
+// block per row group, a group being the block's rows) whose blocks take every gridDim.x-th
+// group, with the group kStages - 1 ahead in flight while they quantize the current one: each
+// thread copies its vectors of that group into a ring of kStages groups of shared memory
+// (cp.async), so the block's loads do not wait for its stores, and the bytes in flight are set by
+// the ring, not by how many row-held blocks fit an SM. A thread reads back only the slots it
+// copied (no barrier for the data; its reads of a stage land before it refills that stage, since
+// the codes it stores first depend on them). 16-byte vectors only.
+template <class T, int kVec, int kThreadsPerRow, int kMaxVecs, int kStages, bool kFullSmem>
+__global__ void __launch_bounds__(block_threads<kThreadsPerRow>())
+    quantize_per_token_ring_kernel(const T* __restrict__ x, int64_t ldx, int8_t* __restrict__ q,
+                                   float* __restrict__ scale_out, int64_t rows, int64_t k) {
+  static_assert(kVec * sizeof(T) == 16 && kStages >= 2, "the ring copies 16-byte vectors, one group ahead at least");
+  extern __shared__ uint4 ring[];  // [kStages][kMaxVecs][block threads]: a warp's slots contiguous
+  constexpr int kBlock = block_threads<kThreadsPerRow>();
+  constexpr int kRowsPerBlock = kBlock / kThreadsPerRow;
+  wait_for_prior_grids();  // x and the buffers written below may belong to the kernel before
+  allow_dependent_launch();
+  const int64_t groups = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  const int64_t vecs = k / kVec;
+  const int lane = threadIdx.x % kThreadsPerRow;
+  const int sub = threadIdx.x / kThreadsPerRow;
+  // Copies this thread's vectors of `group` into `stage` (past the last group: none) and commits
+  // them as one group of copies, so that every stage counts one.
+  auto fill = [&](int64_t group, int stage) {
+    if (group < groups) {
+      int64_t row = group * kRowsPerBlock + sub;
+      if (row >= rows) row = 0;  // past the end: row 0 read, nothing stored
+      const T* xr = x + row * ldx;
+#pragma unroll
+      for (int j = 0; j < kMaxVecs; ++j) {
+        const int64_t idx = lane + int64_t(j) * kThreadsPerRow;
+        copy_async_16(&ring[(stage * kMaxVecs + j) * kBlock + threadIdx.x], xr + (idx < vecs ? idx : vecs - 1) * kVec);
+      }
+    }
+    commit_copies();
+  };
+  int64_t group = blockIdx.x;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) fill(group + int64_t(s) * gridDim.x, s);
+  for (int stage = 0; group < groups; group += gridDim.x, stage = stage == kStages - 1 ? 0 : stage + 1) {
+    fill(group + int64_t(kStages - 1) * gridDim.x, stage == 0 ? kStages - 1 : stage - 1);
+    wait_copies<kStages - 1>();  // this thread's copies of `group` have landed
+    Raw<T, kVec> raw[kMaxVecs];
+#pragma unroll
+    for (int j = 0; j < kMaxVecs; ++j) raw[j] = ring[(stage * kMaxVecs + j) * kBlock + threadIdx.x];
+    const int64_t row = group * kRowsPerBlock + sub;
+    const bool row_ok = row < rows;
+    quantize_held_row<T, kVec, kThreadsPerRow, kMaxVecs>(raw, row_ok ? row : 0, row_ok, lane, vecs,
+                                                         q + (row_ok ? row : 0) * k, scale_out);
+    // reduce_row's shared slots are written again for the next group
+    if constexpr (kThreadsPerRow > 32) __syncthreads();
+  }
+  wait_copies<0>();  // (only empty groups can be pending here)
 }
 
 }  // namespace

@@ -165,8 +165,13 @@ def test_corrected_quotient_gives_the_reference_codes_for_every_16bit_value(dtyp
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_per_token_every_16bit_value_under_every_row_max(device, backend, dtype):
     """every_value_rows: every value of the type under each significand as the row max, at
-    exponents across the type's range (bf16: on both sides of the 2^-100 scale edge)."""
-    per_token(backend, every_value_rows(dtype, EVERY_VALUE_EXPONENTS[dtype]).to(device))
+    exponents across the type's range (bf16: on both sides of the 2^-100 scale edge); the rows
+    also padded (with their max) to 16392 values, the CUDA ring kernel's shortest (fp16's are
+    longer already)."""
+    rows = every_value_rows(dtype, EVERY_VALUE_EXPONENTS[dtype]).to(device)
+    per_token(backend, rows)
+    if rows.shape[1] < 16392:
+        per_token(backend, torch.cat([rows, rows[:, :1].expand(-1, 16392 - rows.shape[1])], dim=1))
 
 
 @pytest.mark.parametrize("device,backend", PER_TOKEN)
@@ -291,13 +296,27 @@ def test_public_ops(device):
 @pytest.mark.parametrize("device,backend", kernel_params("quantize_per_token", devices=("cuda",)))
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 # One row per block up to 384 rows (2048 where bf16 K <= 4096), several past that: both sides; and
-# each throughput shape's row lengths (bf16: 256 x 4, 7, 8 vectors, 512 x 7, 8) full and partial.
+# each throughput shape's row lengths (bf16: 256 x 4, 7, 8 vectors, 512 x 7, 8) full and partial;
+# the ring kernel (16-bit rows of 2049..3584 vectors from 256 rows): its edges, one row and several
+# per block, rows partly filling its slots.
 @pytest.mark.parametrize("m,k", [(1000, 4096), (257, 14336), (64, 16384), (9, 32768 + 123), (2048, 4096),
                                  (100, 4096), (256, 8192), (64, 28672), (17, 32768 + 16), (33, 3001),
                                  (2049, 4096), (384, 8192), (385, 8192), (400, 6000),
-                                 (385, 14336), (390, 16000), (400, 28672), (100, 28000), (390, 30000)])
+                                 (385, 14336), (390, 16000), (400, 28672), (100, 28000), (390, 30000),
+                                 (256, 16392), (255, 28672), (1000, 28672), (301, 20000), (2000, 24576)])
 def test_per_token_llm_shapes(device, backend, dtype, m, k):
     per_token(backend, plant_special_rows(rows_with_spread(m, k, dtype, device)))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("device,backend", kernel_params("quantize_per_token", devices=("cuda",)))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_per_token_long_rows_strided_and_offset(device, backend, dtype):
+    """Rows of the ring kernel's lengths (CUDA: 16-bit rows of 2049..3584 vectors, 256 rows and
+    more) read through a row pitch longer than K, and from an odd element offset (scalar loads)."""
+    base = plant_special_rows(rows_with_spread(300, 28672 + 64, dtype, device))
+    per_token(backend, base[:, :28672])
+    per_token(backend, base[:, 1:24577])
 
 
 @pytest.mark.cuda

@@ -47,6 +47,7 @@ QuantizeParams params_of(const at::Tensor& rows, at::Tensor& q, bool next_kernel
   p.rows = rows.size(0);
   p.k = rows.size(1);
   p.ldx = rows.size(0) == 1 ? rows.size(1) : rows.stride(0);
+  p.sm_count = device_info(rows.device().index()).sm_count;
   return p;
 }
 
