@@ -20,8 +20,8 @@ the arithmetic (bf16 read, one byte per value written, 256 threads x 1..8 vector
 and those copies are timed again with x read from HBM (rows ``from_hbm``: the calls rotate over
 copies of x, as the quant suite's do), where the copy is the floor of the suite's figure.
 
-``--pipelined`` times instead a persistent-grid variant with a shared-memory ring of row groups
-(``quant_pipelined.cu``, pipelined_point) at each ring depth and blocks per SM.
+``--pipelined`` times instead the product's ring kernel (a persistent grid with a shared-memory ring
+of row groups; ``quant_pipelined.cu``, pipelined_point) at each ring depth and blocks per SM.
 
 A shape whose codes or scales differ from the product's in any bit is reported and not timed.
 Needs an sm_90 GPU, nvcc and the package's extension built.
@@ -159,7 +159,7 @@ PIPELINED_BLOCKS_PER_SM = (1, 2, 3, 4)
 
 
 def pipelined_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
-    """``--pipelined``: the ring kernel (quant_pipelined.cu) at each of its shapes that holds a row
+    """``--pipelined``: the product's ring kernel (quant_pipelined.cu) at each of its shapes that holds a row
     with the fewest vectors for its thread count, every ring depth, 1..4 blocks per SM, beside the
     product and the copy bounds, every x read from HBM (calls rotating over copies of x), replays
     interleaved; then the product (composed, and as its single op) and the three fastest of them
