@@ -291,8 +291,8 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
     if dry or dispatch.unavailable_reason("quantize_per_token", "sm90", torch.device(DEV)) is None:
         # The CUDA quantizers at 37 rows: warps per row (K <= 2048 bf16), a block per row
         # (<= 32768), two-pass above; 300 rows: the throughput shapes (several rows per
-        # block up to K = 4096 bf16) and the ring kernel (bf16 K = 16392..28672, its shared
-        # memory refilled while read); 16-byte vector loads, scalar loads for odd K,
+        # block up to K = 4096 bf16); 330 rows: the ring kernel (bf16 K = 16392..28672, its
+        # shared memory refilled while read); 16-byte vector loads, scalar loads for odd K,
         # misaligned and row-strided rows.
         for k in (1, 7, 100, 1032, 8200, 16392):
             for dtype in (BF16, FP32):
@@ -300,8 +300,8 @@ def cases(config_names: dict[str, list[str]] | None) -> list[SanitizeCase]:
                                        small=(k, dtype) in ((100, BF16), (8200, BF16))))
         for k in (1032, 8200):
             out.append(_quant_case(f"cuda_per_token_k{k}_rows300", 300, k, BF16, "sm90"))
-        out.append(_quant_case("cuda_per_token_ring_k16392_rows300", 300, 16392, BF16, "sm90", small=True))
-        out.append(_quant_case("cuda_per_token_ring_k28672_row_strided", 300, 28672, BF16, "sm90", pad=64))
+        out.append(_quant_case("cuda_per_token_ring_k16392_rows330", 330, 16392, BF16, "sm90", small=True))
+        out.append(_quant_case("cuda_per_token_ring_k28672_row_strided", 330, 28672, BF16, "sm90", pad=64))
         out.append(_quant_case("cuda_per_token_row_strided", 37, 1024, BF16, "sm90", pad=64))
         out.append(_quant_case("cuda_per_token_offset_by_one", 37, 1024, BF16, "sm90", pad=8, offset=1))
         for k, zp in ((7, None), (1032, torch.int8), (4096, torch.int32)):

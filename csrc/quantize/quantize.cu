@@ -7,7 +7,7 @@
 // takes the reference's special rules, whatever its max.
 //
 // Launch shapes of the per-token kernel (Launch below picks one per call):
-//   * bf16/fp16 rows of 2049..3584 vectors from 256 rows: 512 threads per row, 7 vectors each,
+//   * bf16/fp16 rows of 2049..3584 vectors from 320 rows: 512 threads per row, 7 vectors each,
 //     a persistent grid with the next two rows copied into shared memory while one is quantized
 //     (the ring kernel);
 //   * 32..512 threads per row, the row held in registers, 2 to 8 vectors per thread at
@@ -142,12 +142,13 @@ struct Launch {
   }
 
   // 16-bit rows of 2049..3584 vectors (bf16: K = 16392..28672, where the shapes below hold a row
-  // as 512 x 7) from 256 rows: the ring kernel, 512 x 7 with three groups (rows) in the ring, one
-  // block per SM looping over the rows. [evidence quant.cuda-ring]
+  // as 512 x 7) from 320 rows: the ring kernel, 512 x 7 with three groups (rows) in the ring, one
+  // block per SM looping over the rows; at 256 rows the register shape was ahead in the layer.
+  // [evidence quant.cuda-ring]
   template <int kVec>
   static bool per_token_ring(const QuantizeParams& p, float* scale, cudaStream_t stream) {
     if constexpr (sizeof(T) == 2 && kVec * sizeof(T) == 16) {
-      constexpr int64_t kRingMinRows = 256;
+      constexpr int64_t kRingMinRows = 320;
       const int64_t vecs = p.k / kVec;
       if (p.rows < kRingMinRows || vecs <= 256 * 8 || vecs > 512 * 7) return false;
       constexpr int kBytes = ring_bytes<512, 7, 3>();

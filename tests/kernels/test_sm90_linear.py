@@ -32,9 +32,9 @@ def _composed(x, w, ws, bias, s, zp):
     return dispatch.linear_composed(x, w, ws, bias, s, zp, mm_backend="sm90", quant_backend="sm90")
 
 
-@pytest.mark.parametrize("m", [1, 5, 17, 33, 64, 65, 100, 128, 129, 150, 192, 193, 256])
+@pytest.mark.parametrize("m", [1, 5, 17, 33, 64, 65, 100, 128, 129, 150, 192, 193, 256, 320])
 # more K blocks than stages; fewer; N > 4096 (the 128x128 pingpong tile at M = 193..256); rows
-# the quantizer's ring kernel takes at 256 tokens
+# the quantizer's ring kernel takes (from 320 tokens)
 @pytest.mark.parametrize("n,k", [(384, 4096), (1024, 256), (4224, 256), (256, 28672)])
 def test_linear_sm90_equals_quantize_then_scaled_mm(m, n, k):
     """The single op (the GEMM loads its first weight tiles before waiting for the quantizer,

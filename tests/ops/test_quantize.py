@@ -297,13 +297,13 @@ def test_public_ops(device):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 # One row per block up to 384 rows (2048 where bf16 K <= 4096), several past that: both sides; and
 # each throughput shape's row lengths (bf16: 256 x 4, 7, 8 vectors, 512 x 7, 8) full and partial;
-# the ring kernel (16-bit rows of 2049..3584 vectors from 256 rows): its edges, one row and several
+# the ring kernel (16-bit rows of 2049..3584 vectors from 320 rows): its edges, one row and several
 # per block, rows partly filling its slots.
 @pytest.mark.parametrize("m,k", [(1000, 4096), (257, 14336), (64, 16384), (9, 32768 + 123), (2048, 4096),
                                  (100, 4096), (256, 8192), (64, 28672), (17, 32768 + 16), (33, 3001),
                                  (2049, 4096), (384, 8192), (385, 8192), (400, 6000),
                                  (385, 14336), (390, 16000), (400, 28672), (100, 28000), (390, 30000),
-                                 (256, 16392), (255, 28672), (1000, 28672), (301, 20000), (2000, 24576)])
+                                 (320, 16392), (319, 28672), (1000, 28672), (331, 20000), (2000, 24576)])
 def test_per_token_llm_shapes(device, backend, dtype, m, k):
     per_token(backend, plant_special_rows(rows_with_spread(m, k, dtype, device)))
 
@@ -312,9 +312,9 @@ def test_per_token_llm_shapes(device, backend, dtype, m, k):
 @pytest.mark.parametrize("device,backend", kernel_params("quantize_per_token", devices=("cuda",)))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_per_token_long_rows_strided_and_offset(device, backend, dtype):
-    """Rows of the ring kernel's lengths (CUDA: 16-bit rows of 2049..3584 vectors, 256 rows and
+    """Rows of the ring kernel's lengths (CUDA: 16-bit rows of 2049..3584 vectors, 320 rows and
     more) read through a row pitch longer than K, and from an odd element offset (scalar loads)."""
-    base = plant_special_rows(rows_with_spread(300, 28672 + 64, dtype, device))
+    base = plant_special_rows(rows_with_spread(400, 28672 + 64, dtype, device))
     per_token(backend, base[:, :28672])
     per_token(backend, base[:, 1:24577])
 
