@@ -159,11 +159,11 @@ PIPELINED_BLOCKS_PER_SM = (1, 2, 3, 4)
 
 
 def pipelined_point(lib, k: int, m: int, n: int, ceilings: dict) -> list[dict]:
-    """``--pipelined``: the product's ring kernel (quant_pipelined.cu) at each of its shapes that holds a row
-    with the fewest vectors for its thread count, every ring depth, 1..4 blocks per SM, beside the
-    product and the copy bounds, every x read from HBM (calls rotating over copies of x), replays
-    interleaved; then the product (composed, and as its single op) and the three fastest of them
-    before the GEMM, as sweep_point."""
+    """``--pipelined``: the product's ring kernel (quant_pipelined.cu) at each of its shapes that holds
+    a row with the fewest vectors for its thread count, every ring depth, 1..4 blocks per SM, beside
+    the product and the copy bounds, every x read from HBM (calls rotating over copies of x),
+    replays interleaved; then the product (composed, and as its single op) and the three fastest of
+    them before the GEMM, as sweep_point."""
     import torch
 
     from benchmarks import harness, quant
